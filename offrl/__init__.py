@@ -1,0 +1,44 @@
+"""offrl: offline reinforcement learning from fixed, logged data.
+
+The public API, re-exported lazily so that ``import offrl`` stays fast and needs neither
+JAX nor torch until a name that uses them is touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    # data
+    "Dataset": "offrl.data",
+    "load_dataset": ("offrl.data", "load"),
+    "save_dataset": ("offrl.data", "save"),
+    "inspect_dataset": ("offrl.data.doctor", "inspect_dataset"),
+    # errors
+    "OffrlError": "offrl.errors",
+    "DatasetError": "offrl.errors",
+    "ConfigError": "offrl.errors",
+    # environments
+    "normalized_score": "offrl.envs",
+    "reference_returns": "offrl.envs",
+    # training
+    "train": "offrl.engine",
+    "evaluate": "offrl.engine",
+    "load_run": "offrl.engine",
+    "load_numpy_policy": ("offrl.policy", "load_numpy_policy"),
+    "ALGORITHMS": ("offrl.algos", "ALGORITHMS"),
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module 'offrl' has no attribute {name!r}")
+    module_name, attr = target if isinstance(target, tuple) else (target, name)
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value

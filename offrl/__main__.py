@@ -1,0 +1,5 @@
+import sys
+
+from offrl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``offrl`` command; each exposes ``register(subparsers)`` (see offrl.cli)."""

@@ -1,0 +1,93 @@
+"""Environments: construction, reference returns and the normalized score.
+
+``normalized_score(env, R) = 100 * (R - R_random) / (R_expert - R_random)``.
+D4RL's published references are kept for hopper / halfcheetah / walker2d (REFERENCES.md);
+offrl measures its own for other environments when it builds a behaviour-policy zoo
+(``offrl collect``), stored in ``$OFFRL_HOME/references.json`` and in each dataset's metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from offrl.errors import ConfigError
+
+#: D4RL reference returns (d4rl/infos.py), keyed by the env family.
+D4RL_REFERENCE_RETURNS: dict[str, tuple[float, float]] = {
+    "halfcheetah": (-280.178953, 12135.0),
+    "hopper": (-20.272305, 3234.3),
+    "walker2d": (1.629008, 4592.3),
+}
+
+#: offrl's own measured references for environments D4RL does not cover (filled by `offrl collect`).
+OFFRL_REFERENCE_RETURNS: dict[str, tuple[float, float]] = {}
+
+
+def offrl_home() -> Path:
+    """The cache folder for datasets, zoos and references: ``$OFFRL_HOME`` or ``~/.cache/offrl``."""
+    return Path(os.environ.get("OFFRL_HOME", Path.home() / ".cache" / "offrl")).expanduser()
+
+
+def env_family(env_id: str) -> str:
+    """``"Hopper-v5"`` / ``"hopper-medium-v2"`` -> ``"hopper"``."""
+    name = env_id.split("/")[-1].lower()
+    name = re.sub(r"-v\d+$", "", name)
+    return name.split("-")[0]
+
+
+def _cached_references() -> dict[str, tuple[float, float]]:
+    path = offrl_home() / "references.json"
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+        return {k: (float(v[0]), float(v[1])) for k, v in raw.items()}
+    except (ValueError, TypeError, IndexError, KeyError):
+        return {}
+
+
+def reference_returns(env_id: str, metadata: dict | None = None, d4rl: bool = True):
+    """``(random, expert)`` returns for ``env_id``, or ``None`` when unknown.
+
+    Order: a dataset's own ``metadata['ref_min_score'/'ref_max_score']``, D4RL's published
+    values (for the three D4RL locomotion families, when ``d4rl``), offrl's built-in
+    measurements, then the cache's ``references.json``.
+    """
+    metadata = metadata or {}
+    if "ref_min_score" in metadata and "ref_max_score" in metadata:
+        return float(metadata["ref_min_score"]), float(metadata["ref_max_score"])
+    family = env_family(env_id)
+    if d4rl and family in D4RL_REFERENCE_RETURNS:
+        return D4RL_REFERENCE_RETURNS[family]
+    for table in (OFFRL_REFERENCE_RETURNS, _cached_references()):
+        for key in (env_id, family):
+            if key in table:
+                return table[key]
+    return None
+
+
+def normalized_score(env_id: str, returns, metadata: dict | None = None):
+    """``100 * (R - R_random) / (R_expert - R_random)``; ``None`` when references are unknown."""
+    ref = reference_returns(env_id, metadata)
+    if ref is None:
+        return None
+    lo, hi = ref
+    import numpy as np
+
+    return 100.0 * (np.asarray(returns, dtype=np.float64) - lo) / (hi - lo)
+
+
+def make_env(env_id: str, **kwargs):
+    """``gymnasium.make`` with one clear error for an unknown id or a discrete action space."""
+    import gymnasium as gym
+
+    try:
+        env = gym.make(env_id, **kwargs)
+    except gym.error.Error as exc:
+        raise ConfigError(f"unknown environment '{env_id}' ({exc}); pass a Gymnasium id such as Pendulum-v1 or Hopper-v5.") from None
+    if not isinstance(env.action_space, gym.spaces.Box):
+        raise ConfigError(f"environment '{env_id}' has a {type(env.action_space).__name__} action space; offrl's algorithms need a continuous (Box) action space.")
+    return env
