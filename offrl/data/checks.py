@@ -1,0 +1,169 @@
+"""Checks shared by every dataset format: canonical form, content digest, safe writing, bounds.
+
+Every offrl writer stores a SHA-256 *content digest* of the canonical dataset next to the
+data (an HDF5 root attribute, an NPZ member, a Minari metadata field). The loaders recompute
+it from what they decoded and refuse the file when the two differ, so a file corrupted after
+it was written either fails to load with a :class:`~offrl.errors.DatasetError` or loads
+exactly what was saved; it never loads silently changed data. Files written by other tools
+(D4RL, minari) carry no digest and are checked only structurally.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from offrl.data.dataset import REQUIRED_KEYS, Dataset
+from offrl.errors import DatasetError
+
+#: name of the digest field in every format offrl writes.
+DIGEST_KEY = "offrl_sha256"
+
+
+class DatasetWarning(UserWarning):
+    """Something suspicious but loadable in a dataset (out-of-bound actions, derived fields)."""
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, DatasetWarning, stacklevel=3)
+
+
+def normalize_metadata(metadata: Mapping[str, Any], source: str = "<arrays>") -> dict:
+    """The metadata as plain JSON values (tuples -> lists, numpy scalars -> Python numbers)."""
+    try:
+        return json.loads(json.dumps(dict(metadata), default=_json_default))
+    except (TypeError, ValueError) as exc:
+        raise DatasetError(f"{source}: metadata is not JSON-serialisable ({exc}); keep metadata values to numbers, strings, lists and dicts.") from None
+
+
+def _json_default(obj):
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"value of type {type(obj).__name__} is not JSON-serialisable")
+
+
+def canonical(ds: Dataset) -> Dataset:
+    """``ds`` with the dtypes every loader produces (float32 arrays, bool flags) and JSON metadata."""
+    return Dataset.from_arrays(
+        observations=ds.observations, actions=ds.actions, rewards=ds.rewards,
+        terminals=ds.terminals, timeouts=ds.timeouts, next_observations=ds.next_observations,
+        infos={k: np.ascontiguousarray(v) for k, v in ds.infos.items()},
+        metadata=normalize_metadata(ds.metadata, ds.source), source=ds.source)
+
+
+def content_digest(ds: Dataset) -> str:
+    """SHA-256 over every array (key, dtype, shape, bytes) and the sorted-key metadata JSON."""
+    h = hashlib.sha256()
+    arrays = ds.arrays()
+    for key in sorted(arrays):
+        arr = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}|{arr.dtype.str}|{arr.shape}|".encode())
+        h.update(arr.tobytes())
+    h.update(json.dumps(normalize_metadata(ds.metadata), sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def verify_digest(ds: Dataset, stored: str | None, source: str) -> None:
+    if stored is None:
+        return
+    if content_digest(ds) != stored:
+        raise DatasetError(f"{source}: the content does not match the checksum offrl stored when writing it, so the file was corrupted or edited afterwards; restore it from a good copy.")
+
+
+def require_transitions(ds_len: int, source: str) -> None:
+    if ds_len == 0:
+        raise DatasetError(f"{source}: the dataset has zero transitions; an offline dataset needs at least one logged step.")
+
+
+# ---------------------------------------------------------------------- writing safely
+def prepare_output(path: Path, ds: Dataset, overwrite: bool) -> None:
+    """Refuse to write over an existing file (unless ``overwrite``) or ever over the input file."""
+    source = ds.source
+    for part in source.split("+"):
+        if part.startswith("<"):
+            continue
+        try:
+            same = Path(part).resolve() == path.resolve() or path.resolve() in Path(part).resolve().parents
+        except OSError:
+            same = False
+        if same:
+            raise DatasetError(f"{path}: refusing to write over the file this dataset was loaded from; save to a new path.")
+    if path.exists() and not overwrite:
+        raise DatasetError(f"{path}: already exists; pass overwrite=True (CLI: --overwrite) or choose another path.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def replace_atomically(tmp: Path, path: Path) -> None:
+    """Move a finished temporary file or folder into place (never leaves a half-written file)."""
+    if path.is_dir() and tmp.is_dir():
+        old = path.with_name(path.name + ".offrl-old")
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------- action bounds
+def action_bounds(ds: Dataset):
+    """``(low, high)`` from metadata ``action_low``/``action_high`` or the env's action space; else ``None``."""
+    md = ds.metadata
+    if "action_low" in md and "action_high" in md:
+        try:
+            low = np.broadcast_to(np.asarray(md["action_low"], dtype=np.float64), ds.actions.shape[1:])
+            high = np.broadcast_to(np.asarray(md["action_high"], dtype=np.float64), ds.actions.shape[1:])
+            return low, high
+        except (ValueError, TypeError):
+            raise DatasetError(f"{ds.source}: metadata 'action_low'/'action_high' do not match the action shape {ds.actions.shape[1:]}; fix or remove them.") from None
+    env_id = md.get("env_id")
+    if not env_id:
+        return None
+    try:
+        import gymnasium as gym
+
+        if env_id not in gym.registry:
+            return None
+        env = gym.make(env_id)
+        space = env.action_space
+        env.close()
+        if isinstance(space, gym.spaces.Box) and space.shape == ds.actions.shape[1:]:
+            return space.low.astype(np.float64), space.high.astype(np.float64)
+    except Exception:  # an env that cannot be built here: bounds unknown, not an error
+        return None
+    return None
+
+
+def count_out_of_bounds(ds: Dataset, bounds=None) -> tuple[int, int]:
+    """``(rows with any action outside the box, first such row or -1)``."""
+    bounds = bounds if bounds is not None else action_bounds(ds)
+    if bounds is None or len(ds) == 0:
+        return 0, -1
+    low, high = bounds
+    act = ds.actions.reshape(len(ds), -1)
+    tol = 1e-6 * np.maximum(1.0, np.abs(np.concatenate([low.reshape(-1), high.reshape(-1)])).max(initial=1.0))
+    outside = ((act < low.reshape(-1) - tol) | (act > high.reshape(-1) + tol)).any(axis=1)
+    rows = np.flatnonzero(outside)
+    return int(len(rows)), int(rows[0]) if len(rows) else -1
+
+
+def check_action_bounds(ds: Dataset) -> int:
+    """Warn (:class:`DatasetWarning`) with the count of rows whose action leaves the action box."""
+    count, first = count_out_of_bounds(ds)
+    if count:
+        warn(f"{ds.source}: {count} of {len(ds)} actions lie outside the action bounds (first at row {first}); clip them or fix 'action_low'/'action_high' in the metadata.")
+    return count
+
+
+def missing_keys(keys, source: str, required=REQUIRED_KEYS) -> None:
+    for key in required:
+        if key not in keys:
+            raise DatasetError(f"{source}: missing key '{key}'; a dataset needs {', '.join(required)}.")
