@@ -61,22 +61,31 @@ def canonical(ds: Dataset) -> Dataset:
 
 
 def content_digest(ds: Dataset) -> str:
-    """SHA-256 over every array (key, dtype, shape, bytes) and the sorted-key metadata JSON."""
-    h = hashlib.sha256()
-    arrays = ds.arrays()
-    for key in sorted(arrays):
-        arr = np.ascontiguousarray(arrays[key])
-        h.update(f"{key}|{arr.dtype.str}|{arr.shape}|".encode())
+    """JSON ``{key: SHA-256}`` over every array (key, dtype, shape, bytes) and the sorted-key metadata JSON."""
+    digests = {}
+    for key, arr in sorted(ds.arrays().items()):
+        arr = np.ascontiguousarray(arr)
+        h = hashlib.sha256(f"{key}|{arr.dtype.str}|{arr.shape}|".encode())
         h.update(arr.tobytes())
-    h.update(json.dumps(normalize_metadata(ds.metadata), sort_keys=True).encode())
-    return h.hexdigest()
+        digests[key] = h.hexdigest()
+    digests["metadata"] = hashlib.sha256(json.dumps(normalize_metadata(ds.metadata), sort_keys=True).encode()).hexdigest()
+    return json.dumps(digests, sort_keys=True)
 
 
-def verify_digest(ds: Dataset, stored: str | None, source: str) -> None:
+def verify_digest(ds: Dataset, stored, source: str) -> None:
+    """Refuse ``ds`` when its content differs from the digest stored at writing time, naming the key."""
     if stored is None:
         return
-    if content_digest(ds) != stored:
-        raise DatasetError(f"{source}: the content does not match the checksum offrl stored when writing it, so the file was corrupted or edited afterwards; restore it from a good copy.")
+    try:
+        expected = json.loads(stored)
+        if not isinstance(expected, dict):
+            raise ValueError
+    except (ValueError, TypeError):
+        raise DatasetError(f"{source}: the stored checksum '{DIGEST_KEY}' is damaged, so the file was corrupted or edited afterwards; restore it from a good copy.") from None
+    actual = json.loads(content_digest(ds))
+    for key in sorted(set(expected) | set(actual)):
+        if expected.get(key) != actual.get(key):
+            raise DatasetError(f"{source}: key '{key}' does not match the checksum offrl stored when writing the file, so it was corrupted or edited afterwards; restore it from a good copy.")
 
 
 def require_transitions(ds_len: int, source: str) -> None:

@@ -264,22 +264,22 @@ def validate_arrays(arrays: Mapping[str, np.ndarray], source: str = "<arrays>") 
     """Refuse malformed transition arrays with one sentence naming the key and first bad row."""
     for key in REQUIRED_KEYS:
         if key not in arrays:
-            raise DatasetError(f"{source}: missing key '{key}'.")
+            raise DatasetError(f"{source}: missing key '{key}'; a dataset needs {', '.join(REQUIRED_KEYS)}.")
     _check_lengths(arrays, source)
     for key in ("observations", "actions", "next_observations"):
         if arrays[key].ndim < 2:
-            raise DatasetError(f"{source}: key '{key}' has shape {arrays[key].shape}; expected (N, dim).")
+            raise DatasetError(f"{source}: key '{key}' has shape {arrays[key].shape}; expected (N, dim), one row per transition.")
     if arrays["observations"].shape[1:] != arrays["next_observations"].shape[1:]:
-        raise DatasetError(f"{source}: 'next_observations' has shape {arrays['next_observations'].shape[1:]} per row but 'observations' has {arrays['observations'].shape[1:]}.")
+        raise DatasetError(f"{source}: 'next_observations' has shape {arrays['next_observations'].shape[1:]} per row but 'observations' has {arrays['observations'].shape[1:]}; both must describe the same state.")
     for key in ("rewards", "terminals", "timeouts"):
         if arrays[key].ndim != 1:
-            raise DatasetError(f"{source}: key '{key}' has shape {arrays[key].shape}; expected (N,).")
+            raise DatasetError(f"{source}: key '{key}' has shape {arrays[key].shape}; expected (N,), one value per transition.")
     for key in ("terminals", "timeouts"):
         if arrays[key].dtype != bool:
             raise DatasetError(f"{source}: key '{key}' has dtype {arrays[key].dtype}; expected bool.")
     for key, arr in arrays.items():
         if np.issubdtype(arr.dtype, np.floating):
-            finite = np.isfinite(arr).reshape(len(arr), -1).all(axis=1) if arr.ndim > 1 else np.isfinite(arr)
+            finite = np.isfinite(arr).all(axis=tuple(range(1, arr.ndim)))
             if not finite.all():
                 row = int(np.flatnonzero(~finite)[0])
                 raise DatasetError(f"{source}: key '{key}' has a NaN or inf value at row {row}; clean or drop that transition.")

@@ -1,0 +1,8 @@
+import pytest
+
+from data_helpers import make_dataset
+
+
+@pytest.fixture
+def small_dataset():
+    return make_dataset()
