@@ -1,0 +1,184 @@
+"""A behaviour-policy zoo on disk: policy snapshots, their measured returns, the replay history.
+
+Layout (nothing is pickled; arrays are msgpack / HDF5, facts are JSON)::
+
+    zoo/
+      zoo.json                      env, config, seed, snapshots [{step, file, return_mean, ...}], references
+      snapshots/step_0000000.msgpack  actor parameters (flax.serialization msgpack)
+      snapshots/step_0000000.json     that snapshot's facts (step, returns, network shape)
+      replay.hdf5                   every transition of training, in the D4RL layout, with
+                                    infos/action_log_probs, infos/action_mean, infos/action_std
+
+Step 0 is the randomly initialised actor (the ``random`` tier's policy).
+
+A :class:`BehaviorPolicy` acts in the environment's units: ``a_env = low + (tanh(u) + 1) (high - low) / 2``
+with ``u ~ N(mean, std)``; its log-prob is the density of ``a_env``, i.e. the ``[-1, 1]``
+density minus ``sum(log((high - low) / 2))``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from offrl.errors import ConfigError
+
+REPLAY_KEYS = ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")
+REPLAY_INFO_KEYS = ("action_log_probs", "action_mean", "action_std")
+
+
+def snapshot_name(step: int) -> str:
+    return f"step_{step:07d}"
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False))
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------- policies
+@dataclass
+class BehaviorPolicy:
+    """A tanh-Gaussian SAC actor with the env's action bounds, loaded from a snapshot."""
+
+    params: Any
+    obs_dim: int
+    action_dim: int
+    hidden_dims: tuple[int, ...]
+    action_low: np.ndarray
+    action_high: np.ndarray
+    step: int = 0
+    info: dict | None = None
+
+    def __post_init__(self):
+        from offrl.collect.sac import SACConfig, make_act_fns, make_actor
+
+        self.action_low = np.asarray(self.action_low, np.float32)
+        self.action_high = np.asarray(self.action_high, np.float32)
+        self.actor_def = make_actor(SACConfig(hidden_dims=tuple(self.hidden_dims)), self.action_dim)
+        self._act_stochastic, self._act_deterministic = make_act_fns(self.actor_def)
+        self.log_scale = float(np.sum(np.log((self.action_high - self.action_low) / 2.0)))
+
+    def to_env(self, normalized_actions: np.ndarray) -> np.ndarray:
+        return self.action_low + (np.asarray(normalized_actions) + 1.0) * (self.action_high - self.action_low) / 2.0
+
+    def to_normalized(self, env_actions: np.ndarray) -> np.ndarray:
+        return 2.0 * (np.asarray(env_actions) - self.action_low) / (self.action_high - self.action_low) - 1.0
+
+    def sample(self, key, observations):
+        """``(env_actions, log_probs_env, mean_u, std_u)`` for a batch of observations."""
+        a, logp, mean, std = self._act_stochastic(self.params, key, observations)
+        return self.to_env(np.asarray(a)), np.asarray(logp) - self.log_scale, np.asarray(mean), np.asarray(std)
+
+    def deterministic(self, observations) -> np.ndarray:
+        return self.to_env(np.asarray(self._act_deterministic(self.params, observations)))
+
+    def log_prob(self, observations, env_actions) -> np.ndarray:
+        """``log pi(a_env | s)`` recomputed from the parameters (density in env units)."""
+        import jax.numpy as jnp
+
+        from offrl.nets import tanh_gaussian_log_prob
+
+        mean, log_std = self.actor_def.apply({"params": self.params}, jnp.asarray(observations, jnp.float32))
+        norm = jnp.asarray(self.to_normalized(env_actions), jnp.float32)
+        return np.asarray(tanh_gaussian_log_prob(mean, log_std, norm)) - self.log_scale
+
+
+def save_snapshot(zoo_dir: Path, step: int, actor_params, facts: dict) -> dict:
+    """Write ``snapshots/step_N.msgpack`` (actor params) and ``step_N.json`` (facts)."""
+    from flax import serialization
+
+    folder = Path(zoo_dir) / "snapshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = snapshot_name(step)
+    (folder / f"{name}.msgpack").write_bytes(serialization.to_bytes(actor_params))
+    facts = {"step": int(step), "file": f"snapshots/{name}.msgpack", **facts}
+    _write_json(folder / f"{name}.json", facts)
+    return facts
+
+
+def load_zoo_index(zoo_dir) -> dict:
+    path = Path(zoo_dir) / "zoo.json"
+    if not path.exists():
+        raise ConfigError(f"'{zoo_dir}' is not a behaviour-policy zoo (no zoo.json); make one with `offrl collect train-behavior --env ENV --out {zoo_dir}`.")
+    return json.loads(path.read_text())
+
+
+def load_policy(zoo_dir, step: int) -> BehaviorPolicy:
+    """Load the snapshot taken at ``step`` from a zoo folder (msgpack, no code execution)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import serialization
+
+    from offrl.collect.sac import SACConfig, make_actor
+
+    zoo_dir = Path(zoo_dir)
+    index = load_zoo_index(zoo_dir)
+    json_path = zoo_dir / "snapshots" / f"{snapshot_name(step)}.json"
+    if not json_path.exists():
+        steps = [s["step"] for s in index.get("snapshots", [])]
+        raise ConfigError(f"zoo '{zoo_dir}' has no snapshot at step {step}; available steps: {steps}.")
+    facts = json.loads(json_path.read_text())
+    hidden = tuple(index["config"]["hidden_dims"])
+    obs_dim, action_dim = int(index["obs_dim"]), int(index["action_dim"])
+    actor_def = make_actor(SACConfig(hidden_dims=hidden), action_dim)
+    template = actor_def.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_dim), jnp.float32))["params"]
+    params = serialization.from_bytes(template, (zoo_dir / facts["file"]).read_bytes())
+    return BehaviorPolicy(params, obs_dim, action_dim, hidden, np.asarray(index["action_low"]),
+                          np.asarray(index["action_high"]), step=int(step), info=facts)
+
+
+# ---------------------------------------------------------------------- replay history
+class ReplayWriter:
+    """Appends transitions to ``replay.hdf5`` (resizable datasets, D4RL key names)."""
+
+    def __init__(self, path: Path, obs_dim: int, action_dim: int, attrs: dict | None = None):
+        import h5py
+
+        self.path = Path(path)
+        with h5py.File(self.path, "w") as f:
+            shapes = {"observations": (obs_dim,), "actions": (action_dim,), "rewards": (),
+                      "next_observations": (obs_dim,), "terminals": (), "timeouts": (),
+                      "infos/action_log_probs": (), "infos/action_mean": (action_dim,),
+                      "infos/action_std": (action_dim,)}
+            for key, shape in shapes.items():
+                dtype = bool if key in ("terminals", "timeouts") else np.float32
+                f.create_dataset(key, shape=(0, *shape), maxshape=(None, *shape), dtype=dtype,
+                                 chunks=(4096, *shape))
+            for k, v in (attrs or {}).items():
+                f.attrs[k] = json.dumps(v) if isinstance(v, (dict, list)) else v
+        self.size = 0
+
+    def append(self, arrays: dict[str, np.ndarray]) -> None:
+        import h5py
+
+        n = len(arrays["rewards"])
+        if n == 0:
+            return
+        with h5py.File(self.path, "a") as f:
+            for key, value in arrays.items():
+                ds = f[key]
+                ds.resize(self.size + n, axis=0)
+                ds[self.size:self.size + n] = value
+        self.size += n
+
+
+def read_replay(zoo_dir, stop: int | None = None) -> dict[str, np.ndarray]:
+    """The first ``stop`` transitions of the zoo's replay history (all when ``None``)."""
+    import h5py
+
+    path = Path(zoo_dir) / "replay.hdf5"
+    if not path.exists():
+        raise ConfigError(f"zoo '{zoo_dir}' has no replay.hdf5; it is written by `offrl collect train-behavior`.")
+    out = {}
+    with h5py.File(path, "r") as f:
+        for key in REPLAY_KEYS:
+            out[key] = f[key][:stop]
+        for key in REPLAY_INFO_KEYS:
+            out[f"infos/{key}"] = f[f"infos/{key}"][:stop]
+    return out

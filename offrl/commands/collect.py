@@ -1,0 +1,104 @@
+"""``offrl collect``: train SAC behaviour policies and build D4RL-style tiered datasets.
+
+    offrl collect train-behavior --env Hopper-v5 --steps 300000 --out zoo/hopper
+    offrl collect dataset --env Hopper-v5 --tier medium --size 200000 --zoo zoo/hopper --out hopper-medium.hdf5
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+TIERS = ("random", "medium", "medium-replay", "medium-expert", "expert")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "collect", help="train SAC behaviour policies and collect D4RL-style datasets",
+        description="Train SAC behaviour policies (train-behavior) and collect tiered datasets from them (dataset).")
+    sub = parser.add_subparsers(dest="collect_command", metavar="SUBCOMMAND")
+
+    train = sub.add_parser("train-behavior", help="train an online SAC learner, saving evaluated policy snapshots and the replay history")
+    train.add_argument("--env", required=True, help="Gymnasium id with a Box action space, e.g. Pendulum-v1, Hopper-v5")
+    train.add_argument("--steps", type=int, default=300_000, help="environment steps (default 300000)")
+    train.add_argument("--out", required=True, help="zoo folder to write (snapshots/, replay.hdf5, zoo.json)")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--start-steps", type=int, default=None, help="steps before the first update (default: min(10000, steps/10))")
+    train.add_argument("--snapshot-every", type=int, default=None, help="steps between evaluated snapshots (default: steps/30)")
+    train.add_argument("--eval-episodes", type=int, default=5)
+    train.add_argument("--update-every", type=int, default=50, help="env steps per jitted chunk of updates (default 50)")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=run_train_behavior)
+
+    data = sub.add_parser("dataset", help="collect one D4RL-style tier from a zoo and register it by name")
+    data.add_argument("--env", required=True, help="the zoo's environment id, e.g. Hopper-v5")
+    data.add_argument("--tier", required=True, choices=TIERS)
+    data.add_argument("--size", type=int, default=100_000, help="transitions (medium-expert: half medium, half expert; medium-replay: at most this many)")
+    data.add_argument("--zoo", required=True, help="zoo folder made by `offrl collect train-behavior`")
+    data.add_argument("--out", default=None, help="HDF5 file to write (default: only register it in the cache)")
+    data.add_argument("--name", default=None, help="registry name (default: <env family>-<tier>-v0)")
+    data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--compress", action="store_true", help="gzip the HDF5 datasets")
+    data.add_argument("--no-register", action="store_true", help="do not register the dataset in the cache")
+    data.add_argument("--quiet", action="store_true", help="no progress bar")
+    data.set_defaults(func=run_dataset)
+
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+
+def command_line() -> str:
+    return "offrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv and sys.argv[0].endswith(("offrl", "__main__.py")) else " ".join(shlex.quote(a) for a in sys.argv)
+
+
+def run_train_behavior(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.collect.train import TrainBehaviorConfig, train_behavior
+    from offrl.collect.train import write_references
+
+    steps = args.steps
+    config = TrainBehaviorConfig(
+        steps=steps,
+        start_steps=args.start_steps if args.start_steps is not None else min(10_000, max(steps // 10, 1)),
+        update_every=args.update_every,
+        snapshot_every=args.snapshot_every or max(steps // 30, 1),
+        eval_episodes=args.eval_episodes,
+        seed=args.seed)
+    index = train_behavior(args.env, args.out, config, command=command_line(), progress=not args.quiet)
+    refs = write_references(args.out)
+    table = Table(title=f"SAC on {args.env}: snapshots in {args.out}")
+    for col in ("step", "return (stochastic)", "return (deterministic)"):
+        table.add_column(col, justify="right")
+    for s in index["snapshots"]:
+        table.add_row(str(s["step"]), f"{s['return_mean']:.1f} ± {s['return_std']:.1f}", f"{s['deterministic_return_mean']:.1f}")
+    console = Console()
+    console.print(table)
+    console.print(f"env-steps/s (training, excluding evaluation): {index['env_steps_per_s']:.1f}; "
+                  f"references: random {refs['random']:.1f}, expert {refs['expert']:.1f}")
+    return 0
+
+
+def run_dataset(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.collect.tiers import build_tier_dataset, save_tier_dataset
+
+    ds = build_tier_dataset(args.zoo, args.tier, size=args.size, seed=args.seed, env_id=args.env,
+                            command=command_line(), progress=not args.quiet)
+    where = save_tier_dataset(ds, out=args.out, name=None if args.no_register else (args.name or ds.metadata["name"]),
+                              compress=args.compress)
+    meta = ds.metadata
+    table = Table(title=f"{meta['name']} ({args.tier})")
+    table.add_column("fact")
+    table.add_column("value", justify="right")
+    rets = ds.episode_returns()
+    for k, v in [("transitions", len(ds)), ("episodes", ds.num_episodes),
+                 ("terminals", int(ds.terminals.sum())), ("timeouts", int(ds.timeouts.sum())),
+                 ("episode return (mean)", f"{rets.mean():.1f}"),
+                 ("behaviour policy return", f"{meta['policy_return']:.1f}"),
+                 ("ref min / max", f"{meta['ref_min_score']:.1f} / {meta['ref_max_score']:.1f}")] + [(k, str(v)) for k, v in where.items()]:
+        table.add_row(k, str(v))
+    Console().print(table)
+    return 0
