@@ -1,0 +1,152 @@
+"""What every algorithm file shares: the ``Batch`` type, train states, config overrides.
+
+An algorithm module ``offrl/algos/<name>.py`` defines
+
+``Config``   frozen dataclass, every field documented, paper defaults cited;
+``Agent``    a ``flax.struct.PyTreeNode`` holding the whole learner state (params, optimiser
+             states, ``rng``, ``step``) with the config as a static field;
+``create(config, obs_dim, action_dim, key) -> Agent``;
+``update(agent, batch) -> (agent, metrics)``  pure and jittable; metrics are scalars;
+``act(agent, observations) -> actions``       deterministic, in ``[-1, 1]``;
+``q_value(agent, observations, actions)``      the critic's estimate (``None`` without a critic).
+
+Data options read by the engine (fields on any ``Config``; absent means off):
+``normalize_observations`` (bool), ``reward_scaling`` (``"none"``, ``"returns"`` =
+``1000 / (max episode return - min episode return)`` as IQL does for locomotion, or a number
+as a string), ``reward_bias`` (float added after scaling), ``schedule_steps`` (``None`` ->
+the run's number of steps, for learning-rate schedules).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Mapping, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training.train_state import TrainState
+
+from offrl.errors import ConfigError
+
+
+class Batch(NamedTuple):
+    """A minibatch of transitions (arrays on the device).
+
+    ``actions`` are in ``[-1, 1]``; ``masks = 1 - terminals`` (timeouts still bootstrap);
+    ``rewards`` are already scaled by the engine.
+    """
+
+    observations: jax.Array       # (B, obs_dim)
+    actions: jax.Array            # (B, action_dim)
+    rewards: jax.Array            # (B,)
+    next_observations: jax.Array  # (B, obs_dim)
+    masks: jax.Array              # (B,)
+
+
+def make_train_state(module, params, learning_rate, max_grad_norm: float | None = None) -> TrainState:
+    """An Adam ``TrainState`` for ``module`` (``learning_rate`` may be an optax schedule)."""
+    tx = optax.adam(learning_rate)
+    if max_grad_norm is not None:
+        tx = optax.chain(optax.clip_by_global_norm(max_grad_norm), tx)
+    return TrainState.create(apply_fn=module.apply, params=params, tx=tx)
+
+
+def apply_gradients_with_loss(state: TrainState, loss_fn, *args):
+    """One ``jax.value_and_grad`` over ``loss_fn(params, *args) -> (loss, aux)`` and one Adam step."""
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, *args)
+    return state.apply_gradients(grads=grads), loss, aux
+
+
+def clip_advantages_for_weight(advantages, beta: float, max_weight: float):
+    """``min(A, log(max_weight) / beta)``, so that ``exp(beta * A) <= max_weight``."""
+    return jnp.minimum(advantages, jnp.log(max_weight) / beta)
+
+
+# ---------------------------------------------------------------------- configs
+def config_fields(config_cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(config_cls)]
+
+
+def _convert(value: Any, annotation: Any, name: str):
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    tp = annotation if not isinstance(annotation, str) else annotation
+    tp_text = str(tp)
+    try:
+        if tp in (bool, "bool"):
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if tp in (int, "int"):
+            return int(float(text)) if "e" in text.lower() else int(text)
+        if tp in (float, "float"):
+            return float(text)
+        if "tuple" in tp_text or "Sequence" in tp_text:
+            parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
+            return tuple(int(p) for p in parts)
+        if "None" in tp_text and text.lower() in ("none", "null"):
+            return None
+        if "int" in tp_text and "None" in tp_text:
+            return int(float(text))
+        if "float" in tp_text and "None" in tp_text:
+            return float(text)
+    except ValueError:
+        raise ConfigError(f"config field '{name}' expects {tp_text}, got {value!r}; pass e.g. --set {name}=<value>.") from None
+    return text
+
+
+def apply_overrides(config, overrides: Mapping[str, Any] | None):
+    """``dataclasses.replace(config, **overrides)`` with strings converted to the field's type.
+
+    An unknown field raises :class:`ConfigError` listing the valid names.
+    """
+    if not overrides:
+        return config
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    hints = typing.get_type_hints(type(config))
+    changes = {}
+    for name, value in overrides.items():
+        key = name.replace("-", "_")
+        if key not in fields:
+            raise ConfigError(f"unknown config field '{name}' for {type(config).__module__.split('.')[-1]}; valid fields: {', '.join(fields)}.")
+        changes[key] = _convert(value, hints.get(key, fields[key].type), key)
+    return dataclasses.replace(config, **changes)
+
+
+def config_to_dict(config) -> dict:
+    out = {}
+    for f in dataclasses.fields(config):
+        v = getattr(config, f.name)
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def config_from_dict(config_cls, data: Mapping[str, Any]):
+    hints = typing.get_type_hints(config_cls)
+    kwargs = {}
+    for f in dataclasses.fields(config_cls):
+        if f.name in data:
+            v = data[f.name]
+            if isinstance(v, list):
+                v = tuple(v)
+            kwargs[f.name] = v
+    del hints
+    return config_cls(**kwargs)
+
+
+def mlp_policy_layers(actor_params) -> list[tuple[Any, Any]]:
+    """``[(kernel, bias), ...]`` of a ``DeterministicActor`` / ``GaussianActor``'s mean path.
+
+    Both nets compute ``tanh(Dense(relu(... relu(Dense(s)))))`` for the deterministic action;
+    the hidden layers live under ``MLP_0`` and the mean head is the first top-level ``Dense``.
+    """
+    params = actor_params["params"] if "params" in actor_params else actor_params
+    mlp = params["MLP_0"]
+    hidden = [mlp[f"Dense_{i}"] for i in range(len(mlp))]
+    head = params["Dense_0"]
+    return [(layer["kernel"], layer["bias"]) for layer in (*hidden, head)]

@@ -1,0 +1,129 @@
+"""Implicit Q-Learning (Kostrikov, Nair & Levine 2021, "Offline RL with Implicit Q-Learning").
+
+IQL never queries the critic at actions outside the data:
+
+* value:  ``L_V = mean |tau - 1{u<0}| u^2``, ``u = min_k Q'_k(s, a) - V(s)``  (expectile ``tau``)
+* critic: ``L_Q = sum_k mean (Q_k(s, a) - r - gamma * mask * V(s'))^2``   (SARSA-style from V)
+* actor:  ``L_pi = -mean min(exp(beta (Q'(s,a) - V(s))), 100) log pi(a|s)`` (AWR extraction)
+
+Example::
+
+    agent = create(Config(), obs_dim=17, action_dim=6, key=jax.random.key(0))
+    agent, metrics = update(agent, batch)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training.train_state import TrainState
+
+from offrl import losses
+from offrl.algos.common import Batch, apply_gradients_with_loss, clip_advantages_for_weight, make_train_state
+from offrl.nets import EnsembleCritic, GaussianActor, ValueNet, gaussian_log_prob
+
+
+@dataclass(frozen=True)
+class Config:
+    """IQL hyperparameters; defaults are the paper's MuJoCo locomotion settings (Appendix B)."""
+
+    actor_lr: float = 3e-4          #: Adam learning rate of the policy (cosine-decayed to 0)
+    critic_lr: float = 3e-4         #: Adam learning rate of the twin Q-functions
+    value_lr: float = 3e-4          #: Adam learning rate of V
+    hidden_dims: tuple[int, ...] = (256, 256)  #: MLP widths of every network
+    discount: float = 0.99          #: gamma
+    expectile: float = 0.7          #: tau of the expectile value loss (0.7 for locomotion)
+    temperature: float = 3.0        #: beta, inverse temperature of the AWR weights
+    max_weight: float = 100.0       #: clip of exp(beta * A)
+    tau: float = 0.005              #: Polyak rate of the target critic
+    num_qs: int = 2                 #: critics in the ensemble (clipped double Q: min)
+    batch_size: int = 256           #: minibatch size
+    cosine_actor_lr: bool = True    #: cosine decay of the actor lr over ``schedule_steps``
+    schedule_steps: int | None = None  #: steps of the lr schedule (None: the run's --steps)
+    normalize_observations: bool = False  #: z-score observations with dataset statistics
+    reward_scaling: str = "returns"  #: "returns": r * 1000 / (max return - min return) (locomotion)
+    reward_bias: float = 0.0        #: added to rewards after scaling (AntMaze uses -1)
+
+
+class Agent(flax.struct.PyTreeNode):
+    actor: TrainState
+    critic: TrainState
+    value: TrainState
+    target_critic_params: dict
+    rng: jax.Array
+    step: jax.Array
+    config: Config = flax.struct.field(pytree_node=False)
+
+
+def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
+    actor_key, critic_key, value_key, rng = jax.random.split(key, 4)
+    obs = jnp.zeros((1, obs_dim))
+    act = jnp.zeros((1, action_dim))
+    actor_net = GaussianActor(action_dim, config.hidden_dims, tanh_squash=False, state_dependent_std=False)
+    critic_net = EnsembleCritic(config.hidden_dims, num_qs=config.num_qs)
+    value_net = ValueNet(config.hidden_dims)
+    actor_lr = config.actor_lr
+    if config.cosine_actor_lr:
+        actor_lr = optax.cosine_decay_schedule(config.actor_lr, max(1, config.schedule_steps or 1_000_000))
+    critic_params = critic_net.init(critic_key, obs, act)
+    return Agent(
+        actor=make_train_state(actor_net, actor_net.init(actor_key, obs), actor_lr),
+        critic=make_train_state(critic_net, critic_params, config.critic_lr),
+        value=make_train_state(value_net, value_net.init(value_key, obs), config.value_lr),
+        target_critic_params=critic_params,
+        rng=rng,
+        step=jnp.zeros((), jnp.int32),
+        config=config,
+    )
+
+
+# ---------------------------------------------------------------------- losses
+def value_loss(params, agent: Agent, batch: Batch, target_q):
+    v = agent.value.apply_fn(params, batch.observations)
+    loss = losses.expectile_loss(target_q, v, agent.config.expectile)
+    return loss, {"v": v.mean()}
+
+
+def critic_loss(params, agent: Agent, batch: Batch, next_v):
+    q = agent.critic.apply_fn(params, batch.observations, batch.actions)
+    target = batch.rewards + agent.config.discount * batch.masks * next_v
+    return losses.td_loss(q, target), {"q": q.mean()}
+
+
+def actor_loss(params, agent: Agent, batch: Batch, advantages):
+    mean, log_std = agent.actor.apply_fn(params, batch.observations)
+    log_probs = gaussian_log_prob(mean, log_std, batch.actions)
+    clipped = clip_advantages_for_weight(advantages, agent.config.temperature, agent.config.max_weight)
+    return losses.awr_loss(log_probs, clipped, agent.config.temperature), {"log_prob": log_probs.mean()}
+
+
+# ---------------------------------------------------------------------- update
+def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
+    cfg = agent.config
+    target_q = agent.critic.apply_fn(agent.target_critic_params, batch.observations, batch.actions).min(0)
+    v_both = agent.value.apply_fn(agent.value.params, jnp.concatenate([batch.observations, batch.next_observations]))
+    v, next_v = jnp.split(v_both, 2)
+    value, v_loss, v_aux = apply_gradients_with_loss(agent.value, value_loss, agent, batch, target_q)
+    actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, target_q - v)
+    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, next_v)
+    agent = agent.replace(
+        actor=actor, critic=critic, value=value,
+        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, cfg.tau),
+        step=agent.step + 1,
+    )
+    metrics = {"value_loss": v_loss, "critic_loss": c_loss, "actor_loss": a_loss,
+               "v": v_aux["v"], "q": c_aux["q"], "adv": (target_q - v).mean(), "log_prob": a_aux["log_prob"]}
+    return agent, metrics
+
+
+def act(agent: Agent, observations: jax.Array) -> jax.Array:
+    mean, _ = agent.actor.apply_fn(agent.actor.params, observations)
+    return mean
+
+
+def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Array:
+    return agent.critic.apply_fn(agent.critic.params, observations, actions).min(0)

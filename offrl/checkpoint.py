@@ -1,0 +1,85 @@
+"""Safe checkpoints: msgpack for the agent pytree's arrays, JSON for everything else.
+
+Layout inside a run folder::
+
+    checkpoints/latest.json      {"step": 5000, "file": "step_5000.msgpack", ...}
+    checkpoints/step_5000.msgpack  flax.serialization msgpack of {"agent": ..., "data_keys": ...}
+
+Nothing is pickled and nothing executes on load: restoring needs a *target* pytree of the
+same structure (built by the algorithm's ``create``), whose leaves are replaced by the stored
+arrays. Writes go to a temporary file first and are renamed, so a killed run always leaves the
+last good checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flax import serialization
+
+from offrl.errors import OffrlError
+
+LATEST = "latest.json"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def save_checkpoint(folder: str | Path, state: Any, step: int, meta: dict | None = None, keep: int = 1) -> Path:
+    """Write ``state`` (any pytree of arrays) as ``step_<step>.msgpack`` and point ``latest.json`` at it.
+
+    Older checkpoints beyond the ``keep`` most recent are removed.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"step_{int(step)}.msgpack"
+    _atomic_write(folder / name, serialization.msgpack_serialize(serialization.to_state_dict(_to_numpy(state))))
+    info = {"step": int(step), "file": name, **(meta or {})}
+    _atomic_write(folder / LATEST, json.dumps(info, indent=2).encode())
+    old = sorted(folder.glob("step_*.msgpack"), key=lambda p: int(p.stem.split("_")[1]))
+    for path in old[:-keep] if keep > 0 else []:
+        if path.name != name:
+            path.unlink(missing_ok=True)
+    return folder / name
+
+
+def latest_checkpoint(folder: str | Path) -> dict | None:
+    """The ``latest.json`` record (with ``path`` added), or ``None`` when there is none."""
+    folder = Path(folder)
+    path = folder / LATEST
+    if not path.exists():
+        return None
+    try:
+        info = json.loads(path.read_text())
+    except ValueError:
+        raise OffrlError(f"{path} is not valid JSON; delete it to start the run afresh.") from None
+    info["path"] = str(folder / info["file"])
+    return info
+
+
+def load_checkpoint(path: str | Path, target: Any) -> Any:
+    """Restore the pytree stored at ``path`` into the structure of ``target``."""
+    path = Path(path)
+    if not path.exists():
+        raise OffrlError(f"checkpoint file {path} does not exist; the run folder is incomplete.")
+    raw = serialization.msgpack_restore(path.read_bytes())
+    try:
+        return serialization.from_state_dict(target, raw)
+    except (ValueError, KeyError) as exc:
+        raise OffrlError(f"checkpoint {path} does not match this algorithm/config ({exc}); resume with the run's own config.json.") from None
+
+
+def _to_numpy(tree):
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: np.asarray(x) if hasattr(x, "shape") else x, tree)
