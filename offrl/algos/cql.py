@@ -1,0 +1,195 @@
+"""Conservative Q-Learning, CQL(H) (Kumar, Zhou, Tucker & Levine 2020) on a SAC actor.
+
+Critic: the soft-Bellman regression plus a penalty that pushes Q down on out-of-distribution
+actions and up on the data's actions::
+
+    L_Q = sum_k mean (Q_k(s,a) - y)^2 + alpha_cql * sum_k mean_i (lse_k(s_i) - Q_k(s_i, a_i))
+    y   = r + gamma * mask * min_k Q'_k(s', a'),   a' ~ pi(.|s')
+    lse_k(s) = log sum_j exp(Q_k(s, a_j) - log mu(a_j))      (importance-sampled, eq. in App. F)
+
+over ``n_actions`` uniform actions (``log mu = -d log 2``), ``n_actions`` policy actions at
+``s`` and ``n_actions`` policy actions at ``s'`` (``log mu = log pi``), all evaluated at ``s``.
+With ``lagrange=True`` the weight is ``alpha' = exp(log_alpha')``, tuned by dual gradient
+steps so that ``alpha_cql * (lse - Q_data)`` stays near ``target_action_gap``.
+
+Actor (SAC with automatic entropy): ``L_pi = mean (alpha log pi(a|s) - min_k Q_k(s, a))``,
+``a ~ pi``; for the first ``bc_warmup_steps`` the actor clones the data instead
+(``L_pi = mean (alpha log pi(a~|s) - log pi(a_data|s))``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training.train_state import TrainState
+
+from offrl import losses
+from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
+from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_log_prob, tanh_gaussian_sample
+
+
+@dataclass(frozen=True)
+class Config:
+    """CQL hyperparameters; defaults are the paper's Gym-MuJoCo settings (Appendix F, author code)."""
+
+    actor_lr: float = 1e-4          #: Adam learning rate of the policy (paper: 1e-4)
+    critic_lr: float = 3e-4         #: Adam learning rate of the critics (paper: 3e-4)
+    temperature_lr: float = 1e-4    #: Adam learning rate of log(entropy temperature)
+    hidden_dims: tuple[int, ...] = (256, 256, 256)  #: MLP widths (author code: 3 x 256)
+    discount: float = 0.99          #: gamma
+    tau: float = 0.005              #: Polyak rate of the target critics
+    num_qs: int = 2                 #: critics in the ensemble
+    batch_size: int = 256           #: minibatch size
+    cql_alpha: float = 5.0          #: weight of the conservative penalty (min_q_weight, Gym: 5)
+    n_actions: int = 10             #: sampled actions per source for the log-sum-exp
+    cql_temperature: float = 1.0    #: temperature of the log-sum-exp
+    importance_sampling: bool = True  #: subtract log mu(a) (CQL(H) with importance correction)
+    lagrange: bool = False          #: tune the penalty weight by dual gradient descent
+    target_action_gap: float = 10.0  #: tau of the Lagrangian variant
+    cql_alpha_lr: float = 3e-4      #: Adam learning rate of log alpha' (Lagrangian variant)
+    initial_temperature: float = 1.0  #: initial entropy temperature
+    target_entropy: float | None = None  #: None: -action_dim
+    bc_warmup_steps: int = 40_000   #: actor clones the data first (policy_eval_start, author code)
+    normalize_observations: bool = False  #: z-score observations with dataset statistics
+    reward_scaling: str = "none"    #: "none", "returns" or a number
+    reward_bias: float = 0.0        #: added to rewards after scaling
+
+
+class Agent(flax.struct.PyTreeNode):
+    actor: TrainState
+    critic: TrainState
+    target_critic_params: dict
+    log_temperature: TrainState
+    log_cql_alpha: TrainState
+    rng: jax.Array
+    step: jax.Array
+    config: Config = flax.struct.field(pytree_node=False)
+
+
+def _scalar_apply(params):
+    return params["value"]
+
+
+def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
+    actor_key, critic_key, rng = jax.random.split(key, 3)
+    obs, act = jnp.zeros((1, obs_dim)), jnp.zeros((1, action_dim))
+    actor_net = GaussianActor(action_dim, config.hidden_dims, tanh_squash=True, state_dependent_std=True)
+    critic_net = EnsembleCritic(config.hidden_dims, num_qs=config.num_qs)
+    critic_params = critic_net.init(critic_key, obs, act)
+    log_temp = {"value": jnp.log(jnp.asarray(config.initial_temperature, jnp.float32))}
+    return Agent(
+        actor=make_train_state(actor_net, actor_net.init(actor_key, obs), config.actor_lr),
+        critic=make_train_state(critic_net, critic_params, config.critic_lr),
+        target_critic_params=critic_params,
+        log_temperature=TrainState.create(apply_fn=_scalar_apply, params=log_temp, tx=optax.adam(config.temperature_lr)),
+        log_cql_alpha=TrainState.create(apply_fn=_scalar_apply, params={"value": jnp.zeros((), jnp.float32)},
+                                        tx=optax.adam(config.cql_alpha_lr)),
+        rng=rng,
+        step=jnp.zeros((), jnp.int32),
+        config=config,
+    )
+
+
+# ---------------------------------------------------------------------- losses
+def critic_loss(params, agent: Agent, batch: Batch, target, ood_actions, ood_log_densities):
+    """TD loss plus the CQL(H) penalty; ``ood_actions`` is ``(B, M, d)``, densities ``(B, M)``."""
+    cfg = agent.config
+    B, M, d = ood_actions.shape
+    obs_rep = jnp.repeat(batch.observations, M, axis=0)
+    q_all = agent.critic.apply_fn(params, jnp.concatenate([batch.observations, obs_rep]),
+                                  jnp.concatenate([batch.actions, ood_actions.reshape(B * M, d)]))
+    q_data, q_ood = q_all[:, :B], q_all[:, B:].reshape(-1, B, M)
+    if not cfg.importance_sampling:
+        q_ood = jnp.concatenate([q_ood, q_data[:, :, None]], axis=-1)
+        ood_log_densities = jnp.zeros(q_ood.shape[1:])
+    lse = losses.importance_logsumexp(q_ood, ood_log_densities, cfg.cql_temperature)
+    gaps = jnp.stack([losses.cql_penalty(lse[k], q_data[k]) for k in range(cfg.num_qs)])
+    td = losses.td_loss(q_data, target)
+    if cfg.lagrange:
+        cql_alpha = jnp.clip(jnp.exp(jax.lax.stop_gradient(agent.log_cql_alpha.params["value"])), 0.0, 1e6)
+        penalty = jnp.sum(cql_alpha * (cfg.cql_alpha * gaps - cfg.target_action_gap))
+    else:
+        penalty = cfg.cql_alpha * jnp.sum(gaps)
+    return td + penalty, {"td_loss": td, "cql_gap": gaps.mean(), "q": q_data.mean(), "q_ood_lse": lse.mean()}
+
+
+def actor_loss(params, agent: Agent, batch: Batch, key):
+    mean, log_std = agent.actor.apply_fn(params, batch.observations)
+    actions, log_probs = tanh_gaussian_sample(key, mean, log_std)
+    temperature = jnp.exp(agent.log_temperature.params["value"])
+    q = agent.critic.apply_fn(agent.critic.params, batch.observations, actions).min(0)
+    sac = losses.sac_actor_loss(q, log_probs, temperature)
+    bc = jnp.mean(jax.lax.stop_gradient(temperature) * log_probs) + losses.bc_nll(
+        tanh_gaussian_log_prob(mean, log_std, batch.actions))
+    loss = jnp.where(agent.step < agent.config.bc_warmup_steps, bc, sac)
+    return loss, {"log_probs": log_probs}
+
+
+def temperature_loss(params, log_probs, target_entropy):
+    return losses.temperature_loss(params["value"], log_probs, target_entropy), {}
+
+
+def cql_alpha_loss(params, agent: Agent, gaps):
+    cql_alpha = jnp.clip(jnp.exp(params["value"]), 0.0, 1e6)
+    return -0.5 * jnp.sum(cql_alpha * (agent.config.cql_alpha * gaps - agent.config.target_action_gap)), {}
+
+
+# ---------------------------------------------------------------------- update
+def _sample_ood(agent: Agent, batch: Batch, key):
+    """Uniform, current-state and next-state policy actions (``(B, 3n, d)``), their log
+    densities, and one next action per row for the Bellman target."""
+    cfg = agent.config
+    B, d = batch.actions.shape
+    n = cfg.n_actions
+    uniform_key, policy_key = jax.random.split(key)
+    mean, log_std = agent.actor.apply_fn(agent.actor.params, jnp.concatenate([batch.observations, batch.next_observations]))
+    mean = jnp.repeat(mean[:, None], n + 1, axis=1)
+    log_std = jnp.repeat(log_std[:, None], n + 1, axis=1)
+    policy_actions, policy_log_probs = tanh_gaussian_sample(policy_key, mean, log_std)  # (2B, n+1, d)
+    current, following = policy_actions[:B, :n], policy_actions[B:, :n]
+    current_lp, following_lp = policy_log_probs[:B, :n], policy_log_probs[B:, :n]
+    uniform = jax.random.uniform(uniform_key, (B, n, d), minval=-1.0, maxval=1.0)
+    uniform_lp = jnp.full((B, n), -d * jnp.log(2.0))
+    ood = jax.lax.stop_gradient(jnp.concatenate([uniform, current, following], axis=1))
+    log_densities = jax.lax.stop_gradient(jnp.concatenate([uniform_lp, current_lp, following_lp], axis=1))
+    return ood, log_densities, jax.lax.stop_gradient(policy_actions[B:, n])
+
+
+def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
+    cfg = agent.config
+    rng, ood_key, actor_key = jax.random.split(agent.rng, 3)
+    ood_actions, ood_log_densities, next_actions = _sample_ood(agent, batch, ood_key)
+    next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
+    target = batch.rewards + cfg.discount * batch.masks * next_q
+    actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, actor_key)
+    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target,
+                                                      ood_actions, ood_log_densities)
+    target_entropy = -batch.actions.shape[-1] if cfg.target_entropy is None else cfg.target_entropy
+    log_temperature, t_loss, _ = apply_gradients_with_loss(agent.log_temperature, temperature_loss,
+                                                           a_aux["log_probs"], target_entropy)
+    log_cql_alpha = agent.log_cql_alpha
+    if cfg.lagrange:
+        gaps = jnp.full((cfg.num_qs,), c_aux["cql_gap"])
+        log_cql_alpha, _, _ = apply_gradients_with_loss(agent.log_cql_alpha, cql_alpha_loss, agent, gaps)
+    agent = agent.replace(
+        actor=actor, critic=critic, log_temperature=log_temperature, log_cql_alpha=log_cql_alpha,
+        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, cfg.tau),
+        rng=rng, step=agent.step + 1,
+    )
+    metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "temperature_loss": t_loss,
+               "temperature": jnp.exp(log_temperature.params["value"]), "entropy": -a_aux["log_probs"].mean(),
+               "cql_alpha": jnp.exp(log_cql_alpha.params["value"]), **c_aux}
+    return agent, metrics
+
+
+def act(agent: Agent, observations: jax.Array) -> jax.Array:
+    mean, _ = agent.actor.apply_fn(agent.actor.params, observations)
+    return jnp.tanh(mean)
+
+
+def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Array:
+    return agent.critic.apply_fn(agent.critic.params, observations, actions).min(0)

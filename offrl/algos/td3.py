@@ -1,0 +1,131 @@
+"""Offline TD3 (Fujimoto, van Hoof & Meger 2018) with an optional TD3+BC regulariser.
+
+Critic (twin Q, target policy smoothing)::
+
+    a' = clip(pi'(s') + clip(N(0, sigma^2), -c, c), -1, 1)
+    y  = r + gamma * mask * min_k Q'_k(s', a')
+    L_Q = sum_k mean (Q_k(s, a) - y)^2
+
+Actor, every ``policy_delay`` steps, with the targets updated at the same time::
+
+    alpha = None (plain TD3):  L_pi = -mean Q_1(s, pi(s))
+    alpha = 2.5  (TD3+BC):     L_pi = -lambda mean Q_1(s, pi(s)) + mean (pi(s) - a)^2,
+                               lambda = alpha / mean |Q_1(s, pi(s))|
+
+Plain offline TD3 maximises Q at actions the data never shows, so its critic overestimates:
+it is offrl's cautionary baseline (``--algo td3``); :mod:`offrl.algos.td3_bc` sets ``alpha``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import flax
+import jax
+import jax.numpy as jnp
+from flax.training.train_state import TrainState
+
+from offrl import losses
+from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
+from offrl.nets import DeterministicActor, EnsembleCritic
+
+
+@dataclass(frozen=True)
+class Config:
+    """TD3 hyperparameters; defaults are Fujimoto et al. 2018 (author code) / TD3+BC's Table 3."""
+
+    actor_lr: float = 3e-4          #: Adam learning rate of the policy
+    critic_lr: float = 3e-4         #: Adam learning rate of the twin critics
+    hidden_dims: tuple[int, ...] = (256, 256)  #: MLP widths
+    discount: float = 0.99          #: gamma
+    tau: float = 0.005              #: Polyak rate of the target networks
+    policy_noise: float = 0.2       #: sigma of the target policy smoothing noise
+    noise_clip: float = 0.5         #: c, clip of that noise
+    policy_delay: int = 2           #: critic updates per actor/target update
+    alpha: float | None = None      #: TD3+BC's BC weight (None: no regulariser)
+    num_qs: int = 2                 #: critics in the ensemble
+    batch_size: int = 256           #: minibatch size
+    normalize_observations: bool = False  #: z-score observations with dataset statistics
+    reward_scaling: str = "none"    #: "none", "returns" or a number
+
+
+class Agent(flax.struct.PyTreeNode):
+    actor: TrainState
+    critic: TrainState
+    target_actor_params: dict
+    target_critic_params: dict
+    rng: jax.Array
+    step: jax.Array
+    config: Config = flax.struct.field(pytree_node=False)
+
+
+def create(config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
+    actor_key, critic_key, rng = jax.random.split(key, 3)
+    obs, act = jnp.zeros((1, obs_dim)), jnp.zeros((1, action_dim))
+    actor_net = DeterministicActor(action_dim, config.hidden_dims)
+    critic_net = EnsembleCritic(config.hidden_dims, num_qs=config.num_qs)
+    actor_params = actor_net.init(actor_key, obs)
+    critic_params = critic_net.init(critic_key, obs, act)
+    return Agent(
+        actor=make_train_state(actor_net, actor_params, config.actor_lr),
+        critic=make_train_state(critic_net, critic_params, config.critic_lr),
+        target_actor_params=actor_params,
+        target_critic_params=critic_params,
+        rng=rng,
+        step=jnp.zeros((), jnp.int32),
+        config=config,
+    )
+
+
+# ---------------------------------------------------------------------- losses
+def critic_loss(params, agent: Agent, batch: Batch, target):
+    q = agent.critic.apply_fn(params, batch.observations, batch.actions)
+    return losses.td_loss(q, target), {"q": q.mean()}
+
+
+def actor_loss(params, agent: Agent, batch: Batch):
+    policy_actions = agent.actor.apply_fn(params, batch.observations)
+    q = agent.critic.apply_fn(agent.critic.params, batch.observations, policy_actions)[0]
+    if agent.config.alpha is None:
+        return -jnp.mean(q), {"bc_mse": losses.bc_mse(policy_actions, batch.actions)}
+    loss = losses.td3_bc_actor_loss(q, policy_actions, batch.actions, agent.config.alpha)
+    return loss, {"bc_mse": losses.bc_mse(policy_actions, batch.actions)}
+
+
+# ---------------------------------------------------------------------- update
+def _update_actor_and_targets(agent: Agent, batch: Batch):
+    actor, loss, aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch)
+    tau = agent.config.tau
+    return agent.replace(
+        actor=actor,
+        target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, tau),
+        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, tau),
+    ), loss, aux["bc_mse"]
+
+
+def _report_actor_loss(agent: Agent, batch: Batch):
+    loss, aux = actor_loss(agent.actor.params, agent, batch)
+    return agent, loss, aux["bc_mse"]
+
+
+def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
+    cfg = agent.config
+    rng, noise_key = jax.random.split(agent.rng)
+    next_actions = agent.actor.apply_fn(agent.target_actor_params, batch.next_observations)
+    noise = jnp.clip(cfg.policy_noise * jax.random.normal(noise_key, next_actions.shape), -cfg.noise_clip, cfg.noise_clip)
+    next_actions = jnp.clip(next_actions + noise, -1.0, 1.0)
+    next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
+    target = batch.rewards + cfg.discount * batch.masks * next_q
+    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
+    agent = agent.replace(critic=critic, rng=rng)
+    agent, a_loss, bc_mse = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets,
+                                         _report_actor_loss, agent, batch)
+    return agent.replace(step=agent.step + 1), {"critic_loss": c_loss, "actor_loss": a_loss, "q": c_aux["q"], "bc_mse": bc_mse}
+
+
+def act(agent: Agent, observations: jax.Array) -> jax.Array:
+    return agent.actor.apply_fn(agent.actor.params, observations)
+
+
+def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Array:
+    return agent.critic.apply_fn(agent.critic.params, observations, actions).min(0)
