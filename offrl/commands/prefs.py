@@ -1,0 +1,326 @@
+"""``offrl prefs``: offline preference optimisation for language models (PyTorch side).
+
+    offrl prefs make-task --out runs/task                      tiny model + tokenizer + data
+    offrl prefs sft   --model runs/task/model --data runs/task/demos.jsonl --out runs/sft
+    offrl prefs label --model runs/sft/model --data runs/task/prompts_train.jsonl --out pairs.jsonl
+    offrl prefs rm    --model runs/sft/model --data pairs.jsonl --out runs/rm --heads 4
+    offrl prefs dpo | ipo | kto --model runs/sft/model --data pairs.jsonl --out runs/dpo --beta 0.1
+    offrl prefs eval  --model runs/dpo/model --reference runs/sft/model --data runs/task/prompts_eval.jsonl
+    offrl prefs frontier --out runs/frontier                   the whole experiment + plot
+
+torch and transformers are imported inside the command functions only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "prefs",
+        help="offline preference optimisation for language models (SFT, reward models, DPO/IPO/KTO)",
+        description="Offline preference optimisation for any local Hugging Face causal LM: SFT (= BC), "
+        "Bradley-Terry reward models, DPO / IPO / KTO / conservative and robust DPO, evaluation and the "
+        "reward-vs-KL frontier on a tiny verifiable task.",
+    )
+    sub = parser.add_subparsers(dest="prefs_command", metavar="STEP")
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+    p = sub.add_parser("make-task", help="build the tiny digits task: model, char tokenizer, noisy demos, prompts")
+    p.add_argument("--out", required=True, help="folder to write model/, demos.jsonl, prompts_*.jsonl into")
+    p.add_argument("--tasks", default="sort,reverse", help="comma-separated subset of sort,reverse,sum")
+    p.add_argument("--train-prompts", type=int, default=4000)
+    p.add_argument("--eval-prompts", type=int, default=200)
+    p.add_argument("--noise", type=float, default=0.4, help="share of corrupted demonstrations")
+    p.add_argument("--hidden-size", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_make_task)
+
+    for name, help_text in (
+        ("sft", "supervised fine-tuning on demonstrations (behaviour cloning)"),
+        ("rm", "Bradley-Terry reward model (optionally a K-head ensemble)"),
+        ("dpo", "Direct Preference Optimization (--label-smoothing: conservative DPO, --robust: robust DPO)"),
+        ("ipo", "Identity Preference Optimisation"),
+        ("kto", "Kahneman-Tversky Optimisation (unpaired, or pairs split into good/bad)"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        _training_args(p, name)
+        p.set_defaults(func=_train, trainer=name)
+
+    p = sub.add_parser("label", help="sample completions and label pairs with the digits judge or a reward model")
+    _model_data_args(p)
+    p.add_argument("--out", required=True, help="pairs JSONL to write")
+    p.add_argument("--judge", default="digits", help="'digits' (the programmatic judge of make-task)")
+    p.add_argument("--reward-model", help="label with this reward-model folder instead of the judge")
+    p.add_argument("--samples", type=int, default=4, help="completions sampled per prompt")
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-prompts", type=int, default=0, help="use only the first N prompts (0 = all)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(func=_label)
+
+    p = sub.add_parser("eval", help="true reward (judge) and sampled KL to a reference on prompts; pair accuracy on pairs")
+    _model_data_args(p)
+    p.add_argument("--reference", help="reference model folder for KL / implicit rewards")
+    p.add_argument("--beta", type=float, default=0.1, help="beta for implicit rewards on pair data")
+    p.add_argument("--samples", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(func=_eval)
+
+    p = sub.add_parser("frontier", help="the end-to-end experiment: SFT -> label -> DPO/IPO/KTO over beta -> reward-vs-KL plot")
+    p.add_argument("--out", required=True, help="work folder (finished stages are reused on rerun)")
+    p.add_argument("--model", help="start from this SFT model instead of training one")
+    p.add_argument("--data", help="start from this pairs JSONL instead of sampling and labelling")
+    p.add_argument("--prompts", help="held-out prompts JSONL (default: the task's)")
+    p.add_argument("--methods", default="dpo,ipo,kto", help="comma-separated: dpo,ipo,kto,cdpo,rdpo")
+    p.add_argument("--betas", action="append", default=[], metavar="METHOD=B1,B2",
+                   help="betas for one method, e.g. --betas dpo=0.05,0.1 (repeatable)")
+    p.add_argument("--sft-steps", type=int, default=600)
+    p.add_argument("--steps", type=int, default=150, help="optimizer steps per preference run")
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--label-prompts", type=int, default=2000)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_frontier)
+
+
+def _model_data_args(p) -> None:
+    p.add_argument("--model", required=True, help="local Hugging Face model folder (config.json + safetensors)")
+    p.add_argument("--data", required=True, help="JSONL / JSON / Parquet file")
+
+
+def _training_args(p, name: str) -> None:
+    _model_data_args(p)
+    p.add_argument("--out", required=True, help="run folder: config.json, metrics.jsonl, model/, checkpoints/")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 1e-4 sft/rm, 5e-6 preference)")
+    p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--max-prompt-length", type=int, default=None)
+    p.add_argument("--bad-rows", choices=("drop", "raise"), default="drop",
+                   help="drop bad rows (reported with row numbers) or refuse the data")
+    p.add_argument("--eval-fraction", type=float, default=0.1)
+    p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: final model only)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mixed-precision", default="auto", choices=("auto", "no", "bf16", "fp16"))
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--no-progress", action="store_true")
+    if name == "rm":
+        p.add_argument("--heads", type=int, default=1, help="ensemble size K (bootstrapped heads)")
+    if name in ("dpo", "ipo", "kto"):
+        p.add_argument("--beta", type=float, default=0.1)
+        p.add_argument("--reference", help="reference model folder (default: --model)")
+        p.add_argument("--kl-prompts", type=int, default=32,
+                       help="prompts sampled per log step for KL(pi||pi_ref) (0 frees the reference model)")
+        p.add_argument("--kl-max-new-tokens", type=int, default=32)
+        p.add_argument("--length-normalize", action=argparse.BooleanOptionalAction, default=None,
+                       help="per-token mean log-probs (default: on for IPO only)")
+    if name == "dpo":
+        p.add_argument("--label-smoothing", type=float, default=0.0, help="label-flip rate: conservative DPO (cDPO)")
+        p.add_argument("--robust", action="store_true", help="with --label-smoothing: robust DPO (rDPO) instead of cDPO")
+    if name == "kto":
+        p.add_argument("--desirable-weight", type=float, default=1.0)
+        p.add_argument("--undesirable-weight", type=float, default=1.0)
+
+
+def _threads(n: int) -> None:
+    if n and n > 0:
+        import torch
+
+        torch.set_num_threads(n)
+
+
+def _quiet_transformers() -> None:
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def _make_task(args) -> int:
+    from rich.console import Console
+
+    from offrl.prefs.task import TaskConfig, make_task
+
+    _quiet_transformers()
+    cfg = TaskConfig(tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+                     train_prompts=args.train_prompts, eval_prompts=args.eval_prompts, demo_noise=args.noise,
+                     hidden_size=args.hidden_size, layers=args.layers, seed=args.seed)
+    paths = make_task(args.out, cfg)
+    console = Console()
+    for k, v in paths.items():
+        console.print(f"{k:>14}: {v}")
+    return 0
+
+
+def _train(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.prefs import train as T
+
+    _threads(args.threads)
+    _quiet_transformers()
+    common = dict(steps=args.steps, batch_size=args.batch_size, warmup_steps=args.warmup_steps,
+                  max_length=args.max_length, max_prompt_length=args.max_prompt_length, bad_rows=args.bad_rows,
+                  eval_fraction=args.eval_fraction, log_every=args.log_every, save_every=args.save_every,
+                  seed=args.seed, mixed_precision=args.mixed_precision)
+    if args.lr is not None:
+        common["lr"] = args.lr
+    progress = not args.no_progress
+    if args.trainer == "sft":
+        result = T.train_sft(args.model, args.data, args.out, T.SFTConfig(**common), args.resume, progress)
+    elif args.trainer == "rm":
+        result = T.train_reward_model(args.model, args.data, args.out, T.RewardModelConfig(heads=args.heads, **common),
+                                      args.resume, progress)
+    else:
+        loss = args.trainer
+        extra = {}
+        if loss == "dpo" and args.label_smoothing > 0:
+            loss = "rdpo" if args.robust else "cdpo"
+            extra["label_smoothing"] = args.label_smoothing
+        if loss == "kto":
+            extra.update(desirable_weight=args.desirable_weight, undesirable_weight=args.undesirable_weight)
+        cfg = T.PreferenceConfig(loss=loss, beta=args.beta, reference=args.reference, kl_prompts=args.kl_prompts,
+                                 kl_max_new_tokens=args.kl_max_new_tokens, length_normalize=args.length_normalize,
+                                 **extra, **common)
+        result = T.train_preferences(args.model, args.data, args.out, cfg, args.resume, progress)
+    console = Console()
+    summary = result.summary
+    if summary.get("bad_rows_dropped"):
+        console.print(f"[yellow]{summary['bad_rows_dropped']} bad rows dropped[/]: " + "; ".join(summary["bad_rows"][:5]))
+    if summary.get("truncated_completions"):
+        console.print(f"[yellow]{summary['truncated_completions']} completions truncated at --max-length {args.max_length}[/]")
+    table = Table(title=f"offrl prefs {args.trainer}: {args.out}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        if isinstance(value, float):
+            table.add_row(key, f"{value:.4g}")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            table.add_row(key, str(value))
+    console.print(table)
+    console.print(f"model: {result.model_path}")
+    return 0
+
+
+def _label(args) -> int:
+    from rich.console import Console
+
+    from offrl.errors import ConfigError
+    from offrl.prefs.data import write_jsonl
+    from offrl.prefs.experiment import label_pairs
+    from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions
+    from offrl.prefs.task import judge, read_prompts
+
+    _threads(args.threads)
+    _quiet_transformers()
+    prompts = read_prompts(args.data)
+    if args.max_prompts:
+        prompts = prompts[: args.max_prompts]
+    model, tokenizer = load_causal_lm(args.model), load_tokenizer(args.model)
+    samples = sample_completions(model, tokenizer, prompts, args.samples, args.max_new_tokens, args.temperature,
+                                 seed=args.seed)
+    if args.reward_model:
+        from offrl.prefs.train import score_with_reward_model
+
+        flat_prompts = [p for p in prompts for _ in range(args.samples)]
+        means, _ = score_with_reward_model(args.reward_model, flat_prompts, samples.texts)
+        table = {(p, c): float(m) for p, c, m in zip(flat_prompts, samples.texts, means)}
+        score = lambda p, c: table[(p, c)]
+    elif args.judge == "digits":
+        score = judge
+    else:
+        raise ConfigError(f"--judge {args.judge} is unknown; use 'digits' or pass --reward-model PATH.")
+    rows, stats = label_pairs(prompts, samples.grouped(), score, seed=args.seed)
+    write_jsonl(args.out, rows)
+    Console().print(f"{stats['pairs']} pairs from {stats['prompts']} prompts ({stats['tied_prompts']} prompts tied, "
+                    f"mean sample score {stats['mean_sample_score']:.3f}) -> {args.out}")
+    return 0
+
+
+def _eval(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.prefs.data import detect_kind, read_rows
+    from offrl.prefs.modeling import load_causal_lm, load_tokenizer
+
+    _threads(args.threads)
+    _quiet_transformers()
+    rows, name = read_rows(args.data)
+    tokenizer = load_tokenizer(args.model)
+    policy = load_causal_lm(args.model)
+    reference = load_causal_lm(args.reference) if args.reference else None
+    table = Table(title=f"offrl prefs eval: {args.model} on {name}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    has_pairs = rows and "chosen" in rows[0]
+    if has_pairs:
+        from offrl.prefs.data import load_preferences, tokenize_preferences
+        from offrl.prefs.modeling import reference_logps
+        from offrl.prefs.train import implicit_reward_metrics
+
+        tok = tokenize_preferences(load_preferences(args.data), tokenizer, max_length=args.max_length)
+        ref = reference if reference is not None else policy
+        ref_logps = reference_logps(ref, tok, tokenizer.pad_token_id)
+        metrics = implicit_reward_metrics(policy, tok, ref_logps, args.beta, tokenizer.pad_token_id)
+        for k, v in metrics.items():
+            table.add_row(f"implicit {k}", f"{v:.4f}")
+    else:
+        from offrl.prefs.experiment import evaluate_policy
+        from offrl.prefs.task import read_prompts
+
+        prompts = read_prompts(args.data)
+        metrics = evaluate_policy(policy, reference if reference is not None else policy, tokenizer, prompts,
+                                  args.samples, args.max_new_tokens)
+        for k, v in metrics.items():
+            table.add_row(k, f"{v:.4f}")
+    Console().print(table)
+    return 0
+
+
+def _frontier(args) -> int:
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from offrl.errors import ConfigError
+    from offrl.prefs.experiment import DEFAULT_BETAS, FrontierConfig, frontier_table, run_frontier
+
+    _threads(args.threads)
+    _quiet_transformers()
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    for m in methods:
+        if m not in DEFAULT_BETAS:
+            raise ConfigError(f"--methods {m} is unknown; use some of {','.join(DEFAULT_BETAS)}.")
+    betas = {}
+    for spec in args.betas:
+        method, _, values = spec.partition("=")
+        try:
+            betas[method] = tuple(float(v) for v in values.split(","))
+        except ValueError:
+            raise ConfigError(f"--betas {spec} is not METHOD=B1,B2,...; e.g. --betas dpo=0.05,0.1") from None
+    base = FrontierConfig()
+    cfg = replace(base, methods=methods, betas=betas, seed=args.seed, label_prompts=args.label_prompts,
+                  sft=replace(base.sft, steps=args.sft_steps),
+                  preference=replace(base.preference, steps=args.steps, lr=args.lr))
+    console = Console()
+    result = run_frontier(args.out, cfg, progress=not args.no_progress, log=console.print, sft_model=args.model,
+                          pairs=args.data, eval_prompts_path=args.prompts)
+    console.print(frontier_table(result))
+    t = result["timings"]
+    console.print(f"pairs: {result['label_stats'].get('pairs')}  |  time: total {t['total']:.0f} s (SFT {t['sft']:.0f} s, "
+                  f"labelling {t['label']:.0f} s, preference runs {t['preference_runs']:.0f} s) on "
+                  f"{result['threads']} torch thread(s)  |  plot: {result['plot']}")
+    return 0
