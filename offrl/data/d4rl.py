@@ -49,6 +49,8 @@ def load_d4rl(path, check_bounds: bool = True) -> Dataset:
     key = "<root>"
     try:
         with f:
+            if "observations" not in f and any(k.startswith("episode_") for k in f.keys()):
+                raise DatasetError(f"{source}: this is a Minari main_data.hdf5 (one group per episode), not a D4RL file; pass its dataset folder (the one holding data/) instead.")
             missing_keys(f.keys(), source, FLAT_KEYS)
             arrays = {}
             for key in (*FLAT_KEYS, "next_observations"):
@@ -105,8 +107,8 @@ def save_d4rl(ds: Dataset, path, overwrite: bool = False) -> Path:
             group = f.create_group("metadata")
             for key, value in ds.metadata.items():
                 _write_metadata_value(group, key, value, str(path))
-            f.attrs[DIGEST_KEY] = content_digest(ds)
-            f.attrs["offrl_format"] = "d4rl-hdf5"
+            f.attrs[DIGEST_KEY] = _fixed_bytes(content_digest(ds))
+            f.attrs["offrl_format"] = _fixed_bytes("d4rl-hdf5")
         replace_atomically(tmp, path)
     finally:
         if tmp.exists():
@@ -150,9 +152,15 @@ def _write_array(f, key: str, arr: np.ndarray) -> None:
     f.create_dataset(key, data=arr, chunks=(rows, *arr.shape[1:]), fletcher32=True)
 
 
+def _fixed_bytes(text: str) -> np.bytes_:
+    """UTF-8 as a fixed-length byte string: stored in the dataset itself, not HDF5's global heap
+    (whose variable-length strings carry no checksum; corrupting them can hang libhdf5)."""
+    return np.bytes_(text.encode("utf-8") or b" ")
+
+
 def _write_metadata_value(group, key: str, value, source: str) -> None:
-    if isinstance(value, (dict, list)) or value is None:
-        ds = group.create_dataset(key, data=json.dumps(value, sort_keys=True))
+    if isinstance(value, (dict, list)) or value is None or (isinstance(value, str) and (not value or "\x00" in value or value != value.strip(" "))):
+        ds = group.create_dataset(key, data=_fixed_bytes(json.dumps(value, sort_keys=True)))
         ds.attrs["json"] = 1
     elif isinstance(value, bool):
         group.create_dataset(key, data=np.bool_(value))
@@ -161,7 +169,7 @@ def _write_metadata_value(group, key: str, value, source: str) -> None:
     elif isinstance(value, float):
         group.create_dataset(key, data=np.float64(value))
     elif isinstance(value, str):
-        group.create_dataset(key, data=value)
+        group.create_dataset(key, data=_fixed_bytes(value))
     else:  # normalize_metadata has turned everything into JSON types already
         raise DatasetError(f"{source}: metadata key '{key}' has type {type(value).__name__}; use numbers, strings, lists or dicts.")
 

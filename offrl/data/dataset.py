@@ -184,6 +184,8 @@ class Dataset:
     @staticmethod
     def concatenate(parts: list["Dataset"], metadata: Mapping[str, Any] | None = None) -> "Dataset":
         """Join datasets end to end; each part's last step must close its episode."""
+        if not parts:
+            raise DatasetError("Dataset.concatenate needs at least one dataset; pass a non-empty list.")
         keys = set.intersection(*(set(p.infos) for p in parts)) if parts else set()
         cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
         return Dataset(cat("observations"), cat("actions"), cat("rewards"), cat("terminals"),

@@ -79,8 +79,11 @@ def load_npz(path, check_bounds: bool = True) -> Dataset:
     return ds
 
 
-def save_npz(ds: Dataset, path, overwrite: bool = False, compress: bool = True) -> Path:
-    """Write ``ds`` as an ``.npz`` archive (zip members carry CRC-32 checks, plus offrl's digest)."""
+def save_npz(ds: Dataset, path, overwrite: bool = False, compress: bool = False) -> Path:
+    """Write ``ds`` as an ``.npz`` archive (zip members carry CRC-32 checks, plus offrl's digest).
+
+    ``compress=True`` deflates the members: smaller files, much slower for float data.
+    """
     path = Path(path)
     prepare_output(path, ds, overwrite)
     ds = canonical(ds)

@@ -135,28 +135,49 @@ def test_object_arrays_are_never_unpickled(tmp_path):
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     root = tmp_path_factory.mktemp("written")
-    return {kind: (data.save(BASE, root / f"good.{kind}").read_bytes()) for kind in ("hdf5", "npz")}
+    out = {kind: (data.save(BASE, root / f"good.{kind}").read_bytes()) for kind in ("hdf5", "npz")}
+    folder = data.save(BASE, root / "good-v0")
+    out["minari"] = (folder / "data" / "main_data.hdf5").read_bytes()
+    out["minari-metadata"] = (folder / "data" / "metadata.json").read_bytes()
+    return out
+
+
+def _damaged_path(tmp, kind, raw, written):
+    """Write ``raw`` where the loader of ``kind`` reads it; return the path to load."""
+    if kind == "minari":
+        (Path(tmp) / "c-v0" / "data").mkdir(parents=True)
+        (Path(tmp) / "c-v0" / "data" / "metadata.json").write_bytes(written["minari-metadata"])
+        (Path(tmp) / "c-v0" / "data" / "main_data.hdf5").write_bytes(raw)
+        return Path(tmp) / "c-v0"
+    path = Path(tmp) / f"c.{kind}"
+    path.write_bytes(raw)
+    return path
+
+
+all_kinds = st.sampled_from(["hdf5", "npz", "minari"])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kind=kinds, cut=st.floats(0.0, 0.999))
+@given(kind=all_kinds, cut=st.floats(0.0, 0.999))
 def test_truncated_files_fail_cleanly(written, kind, cut):
     raw = written[kind]
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"t.{kind}"
-        path.write_bytes(raw[: int(cut * len(raw))])
-        _load_expect_error(path)
+        path = _damaged_path(tmp, kind, raw[: int(cut * len(raw))], written)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(DatasetError) as info:
+                data.load(path)
+        assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kind=kinds, edits=st.lists(st.tuples(st.floats(0.0, 0.9999), st.integers(0, 255)), min_size=1, max_size=8))
+@given(kind=all_kinds, edits=st.lists(st.tuples(st.floats(0.0, 0.9999), st.integers(0, 255)), min_size=1, max_size=8))
 def test_corrupted_bytes_either_fail_cleanly_or_load_the_original(written, kind, edits):
     raw = bytearray(written[kind])
     for where, byte in edits:
         raw[int(where * len(raw))] = byte
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"c.{kind}"
-        path.write_bytes(bytes(raw))
+        path = _damaged_path(tmp, kind, bytes(raw), written)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -249,3 +270,9 @@ def test_from_arrays_refuses_ragged_and_text():
         Dataset.from_arrays([[1, 2], [3]], np.zeros((2, 1)), np.zeros(2), np.zeros(2))
     with pytest.raises(DatasetError, match="'rewards' has dtype"):
         Dataset.from_arrays(np.zeros((2, 1)), np.zeros((2, 1)), np.array(["a", "b"]), np.zeros(2))
+
+
+def test_minari_main_file_passed_directly_gets_a_hint(tmp_path):
+    folder, main = _minari_copy(tmp_path)
+    with pytest.raises(DatasetError, match="pass its dataset folder"):
+        data.load(main)
