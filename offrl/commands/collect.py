@@ -38,7 +38,7 @@ def register(subparsers) -> None:
     data.add_argument("--out", default=None, help="HDF5 file to write (default: only register it in the cache)")
     data.add_argument("--name", default=None, help="registry name (default: <env family>-<tier>-v0)")
     data.add_argument("--seed", type=int, default=0)
-    data.add_argument("--compress", action="store_true", help="gzip the HDF5 datasets")
+    data.add_argument("--num-envs", type=int, default=8, help="environments run in lockstep during collection (default 8)")
     data.add_argument("--no-register", action="store_true", help="do not register the dataset in the cache")
     data.add_argument("--quiet", action="store_true", help="no progress bar")
     data.set_defaults(func=run_dataset)
@@ -85,18 +85,16 @@ def run_dataset(args) -> int:
 
     from offrl.collect.tiers import build_tier_dataset, save_tier_dataset
 
-    ds = build_tier_dataset(args.zoo, args.tier, size=args.size, seed=args.seed, env_id=args.env,
+    ds = build_tier_dataset(args.zoo, args.tier, size=args.size, seed=args.seed, env_id=args.env, num_envs=args.num_envs,
                             command=command_line(), progress=not args.quiet)
-    where = save_tier_dataset(ds, out=args.out, name=None if args.no_register else (args.name or ds.metadata["name"]),
-                              compress=args.compress)
+    where = save_tier_dataset(ds, out=args.out, name=None if args.no_register else (args.name or ds.metadata["name"]))
     meta = ds.metadata
     table = Table(title=f"{meta['name']} ({args.tier})")
     table.add_column("fact")
     table.add_column("value", justify="right")
-    rets = ds.episode_returns()
     for k, v in [("transitions", len(ds)), ("episodes", ds.num_episodes),
                  ("terminals", int(ds.terminals.sum())), ("timeouts", int(ds.timeouts.sum())),
-                 ("episode return (mean)", f"{rets.mean():.1f}"),
+                 ("episode return (complete episodes)", f"{meta['dataset_return_mean']:.1f}" if meta.get("dataset_return_mean") is not None else "-"),
                  ("behaviour policy return", f"{meta['policy_return']:.1f}"),
                  ("ref min / max", f"{meta['ref_min_score']:.1f} / {meta['ref_max_score']:.1f}")] + [(k, str(v)) for k, v in where.items()]:
         table.add_row(k, str(v))

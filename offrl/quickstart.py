@@ -1,0 +1,250 @@
+"""The main job in one call: doctor -> BC / IQL / CQL -> evaluation -> a report folder.
+
+On a suboptimal bundled dataset (default ``pendulum-medium-replay-v0``: the replay history of
+a SAC learner up to its "medium" snapshot, mostly poor episodes) behaviour cloning copies the
+average logged behaviour, while value-based offline RL (IQL, CQL) can pick out and stitch the
+better actions. The quickstart measures whether it does, on this machine, and says so.
+
+``normalized = 100 * (R - R_random) / (R_expert - R_random)`` with the dataset's references.
+
+Example::
+
+    from offrl.quickstart import run_quickstart
+    result = run_quickstart(out="offrl-quickstart")      # about 3-5 minutes on 2 CPU cores
+    result["verdict"]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from offrl.errors import ConfigError
+
+DEFAULT_DATASET = "pendulum-medium-replay-v0"
+#: updates per algorithm (CQL's update costs ~3x IQL's, so it gets fewer).
+DEFAULT_STEPS = {"bc": 5_000, "iql": 15_000, "cql": 6_000}
+#: smaller networks than the MuJoCo defaults: Pendulum has 3-d observations and 1-d actions.
+PENDULUM_OVERRIDES = {"hidden_dims": (128, 128)}
+
+
+def _summary_row(run, ds) -> dict:
+    evals = run.evaluations()
+    last_step = max(r["step"] for r in evals)
+    last = [r for r in evals if r["step"] == last_step]
+    scores = np.array([r["eval/normalized_score"] for r in last])
+    returns = np.array([r["eval/return"] for r in last])
+    q = np.array([r.get("eval/q_estimate", np.nan) for r in last], dtype=float)
+    g = np.array([r.get("eval/discounted_return", np.nan) for r in last], dtype=float)
+    return {"algo": run.algo, "steps": int(last_step), "seeds": len(last),
+            "return_mean": float(returns.mean()), "return_std": float(returns.std()),
+            "score_mean": float(scores.mean()), "score_std": float(scores.std()),
+            "score_per_seed": scores.tolist(), "q_estimate": float(np.nanmean(q)) if np.isfinite(q).any() else None,
+            "discounted_return": float(np.nanmean(g)) if np.isfinite(g).any() else None,
+            "run_folder": str(run.path) if run.path else None}
+
+
+def _plot_learning_curves(runs, behaviour_score, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for run in runs:
+        evals = run.evaluations()
+        steps = sorted({r["step"] for r in evals})
+        by_step = [[r["eval/normalized_score"] for r in evals if r["step"] == s] for s in steps]
+        mean = np.array([np.mean(v) for v in by_step])
+        std = np.array([np.std(v) for v in by_step])
+        ax.plot(steps, mean, marker="o", label=run.algo.upper())
+        ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+    if behaviour_score is not None:
+        ax.axhline(behaviour_score, color="grey", ls="--", label="behaviour (dataset mean)")
+    ax.set_xlabel("gradient steps")
+    ax.set_ylabel("normalized score")
+    ax.set_title("Evaluation during training (mean ± std over seeds)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_q_vs_return(runs, path: Path) -> None:
+    """Critic estimate Q(s0, pi(s0)) against the discounted return actually obtained from s0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    lo, hi = np.inf, -np.inf
+    for run in runs:
+        evals = [r for r in run.evaluations() if np.isfinite(r.get("eval/q_estimate", np.nan))]
+        if not evals:
+            continue
+        steps = sorted({r["step"] for r in evals})
+        q = np.array([np.mean([r["eval/q_estimate"] for r in evals if r["step"] == s]) for s in steps])
+        g = np.array([np.mean([r["eval/discounted_return"] for r in evals if r["step"] == s]) for s in steps])
+        axes[0].plot(steps, q, marker="o", label=f"{run.algo.upper()} Q(s0, pi(s0))")
+        axes[0].plot(steps, g, ls="--", label=f"{run.algo.upper()} realised return")
+        axes[1].scatter(g, q, label=run.algo.upper())
+        lo, hi = min(lo, g.min(), q.min()), max(hi, g.max(), q.max())
+    if np.isfinite(lo):
+        axes[1].plot([lo, hi], [lo, hi], color="grey", ls=":", label="Q = return")
+    axes[0].set_xlabel("gradient steps")
+    axes[0].set_ylabel("discounted value (agent reward units)")
+    axes[0].set_title("Critic estimate vs realised return")
+    axes[0].legend(fontsize=7)
+    axes[1].set_xlabel("realised discounted return")
+    axes[1].set_ylabel("critic estimate")
+    axes[1].set_title("Over-estimation lies above the diagonal")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _verdict(rows: dict, behaviour_score: float | None) -> str:
+    if "bc" not in rows:
+        return "BC was not run, so there is no comparison with behaviour cloning."
+    bc = rows["bc"]
+    offline = {k: v for k, v in rows.items() if k != "bc"}
+    if not offline:
+        return "Only BC was run."
+    best_name, best = max(offline.items(), key=lambda kv: kv[1]["score_mean"])
+    gap = best["score_mean"] - bc["score_mean"]
+    spread = max(best["score_std"], bc["score_std"])
+    name = best_name.upper()
+    if gap > spread and gap > 2.0:
+        text = f"Offline RL beat BC: {name} scored {best['score_mean']:.1f} vs BC {bc['score_mean']:.1f} (+{gap:.1f} points, more than the seed spread of {spread:.1f})."
+    elif gap > 0:
+        text = f"Offline RL did NOT clearly beat BC here: {name} {best['score_mean']:.1f} vs BC {bc['score_mean']:.1f} (+{gap:.1f}, within the seed spread of {spread:.1f}); train longer (--steps) or with more seeds."
+    else:
+        text = f"Offline RL did NOT beat BC here: best offline RL ({name}) {best['score_mean']:.1f} vs BC {bc['score_mean']:.1f}."
+    if behaviour_score is not None:
+        text += f" The data's own episodes average {behaviour_score:.1f}."
+    return text
+
+
+def run_quickstart(dataset: str = DEFAULT_DATASET, out="offrl-quickstart", algos: Sequence[str] = ("bc", "iql", "cql"),
+                   steps: dict | int | None = None, seeds: int = 2, eval_episodes: int = 10, evaluations: int = 5,
+                   progress: bool = True, console=None) -> dict:
+    """Doctor, train ``algos`` on ``dataset``, evaluate, and write ``out/`` (summary.md, plots, results.json)."""
+    from rich.console import Console
+
+    import offrl.data as data
+    from offrl.data.doctor import inspect_dataset, render, write_report
+    from offrl.engine import train
+    from offrl.envs import normalized_score
+
+    console = console or Console(quiet=not progress)
+    started = time.perf_counter()
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / "results.json").exists():
+        raise ConfigError(f"--out {out} exists and is not a quickstart report folder; choose another --out.")
+    out.mkdir(parents=True, exist_ok=True)
+    if isinstance(steps, int):
+        steps = {a: steps for a in algos}
+    steps = {**DEFAULT_STEPS, **(steps or {})}
+    ds = data.load(dataset)
+    env_id = ds.metadata.get("env_id")
+    if not env_id:
+        raise ConfigError(f"dataset '{dataset}' has no metadata 'env_id', so its policies cannot be evaluated; pick a dataset made by `offrl collect`.")
+
+    console.rule(f"[bold]1/3 dataset doctor: {dataset}")
+    report = inspect_dataset(ds)
+    render(report, console=console)
+    doctor_files = write_report(report, out / "doctor")
+
+    behaviour_return = float(np.mean(ds.episode_returns()))
+    complete_mean = ds.metadata.get("dataset_return_mean")
+    if complete_mean is not None:
+        behaviour_return = float(complete_mean)
+    behaviour_score = normalized_score(env_id, behaviour_return, ds.metadata)
+    behaviour_score = None if behaviour_score is None else float(behaviour_score)
+
+    console.rule(f"[bold]2/3 training {', '.join(a.upper() for a in algos)} ({seeds} seeds each, vmapped)")
+    runs, rows, timings = [], {}, {}
+    is_pendulum = env_id.lower().startswith("pendulum")
+    for algo in algos:
+        n = int(steps[algo])
+        overrides = dict(PENDULUM_OVERRIDES) if is_pendulum else {}
+        run_dir = out / "runs" / algo
+        if run_dir.exists():
+            import shutil
+
+            shutil.rmtree(run_dir)
+        t0 = time.perf_counter()
+        run = train(algo, ds, steps=n, seeds=seeds, eval_every=max(1, n // evaluations), eval_episodes=eval_episodes,
+                    out=run_dir, config_overrides=overrides, log_every=max(1, n // evaluations), progress=progress)
+        timings[algo] = time.perf_counter() - t0
+        runs.append(run)
+        rows[algo] = {**_summary_row(run, ds), "seconds": timings[algo]}
+
+    console.rule("[bold]3/3 results")
+    _plot_learning_curves(runs, behaviour_score, out / "learning_curves.png")
+    _plot_q_vs_return(runs, out / "q_vs_return.png")
+    verdict = _verdict(rows, behaviour_score)
+    result = {"dataset": dataset, "env_id": env_id, "transitions": len(ds), "episodes": ds.num_episodes,
+              "behaviour": {"dataset_return_mean": behaviour_return, "score": behaviour_score,
+                            "policy_return": ds.metadata.get("policy_return"),
+                            "policy_score": _maybe_float(normalized_score(env_id, ds.metadata["policy_return"], ds.metadata)) if "policy_return" in ds.metadata else None},
+                   "references": {"random": ds.metadata.get("ref_min_score"), "expert": ds.metadata.get("ref_max_score")},
+                   "algorithms": rows, "verdict": verdict, "seconds": time.perf_counter() - started,
+                   "doctor": {k: str(Path(v).relative_to(out)) for k, v in doctor_files.items()},
+                   "tier_estimate": report.get("tier")}
+    (out / "results.json").write_text(json.dumps(result, indent=2, default=str))
+    (out / "summary.md").write_text(summary_markdown(result))
+    console.print(results_table(result))
+    console.print(f"[bold]{verdict}")
+    console.print(f"report: {out}/summary.md, learning_curves.png, q_vs_return.png, doctor/ ({result['seconds']:.0f} s in total)")
+    return result
+
+
+def _maybe_float(x):
+    return None if x is None else float(x)
+
+
+def results_table(result: dict):
+    from rich.table import Table
+
+    table = Table(title=f"offrl quickstart: {result['dataset']} ({result['env_id']}, {result['transitions']} transitions)")
+    for col in ("policy", "updates", "seeds", "return", "normalized score", "vs behaviour", "time"):
+        table.add_column(col, justify="right" if col != "policy" else "left")
+    b = result["behaviour"]
+    fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+    table.add_row("behaviour (dataset episodes)", "-", "-", fmt(b["dataset_return_mean"]), fmt(b["score"]), "0.0", "-")
+    for algo, r in result["algorithms"].items():
+        diff = None if b["score"] is None else r["score_mean"] - b["score"]
+        table.add_row(algo.upper(), str(r["steps"]), str(r["seeds"]), f"{r['return_mean']:.1f} ± {r['return_std']:.1f}",
+                      f"{r['score_mean']:.1f} ± {r['score_std']:.1f}", "-" if diff is None else f"{diff:+.1f}",
+                      f"{r['seconds']:.0f} s")
+    return table
+
+
+def summary_markdown(result: dict) -> str:
+    b = result["behaviour"]
+    lines = [f"# offrl quickstart: {result['dataset']}", "",
+             f"Environment `{result['env_id']}`, {result['transitions']} transitions in {result['episodes']} episodes.",
+             f"Normalized score = 100 * (R - R_random) / (R_expert - R_random) with R_random = {result['references']['random']}, "
+             f"R_expert = {result['references']['expert']}.", "",
+             "| policy | updates | seeds | return | normalized score |", "|---|---|---|---|---|"]
+    fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+    lines.append(f"| behaviour (dataset episodes) | - | - | {fmt(b['dataset_return_mean'])} | {fmt(b['score'])} |")
+    if b.get("policy_return") is not None:
+        lines.append(f"| behaviour policy (snapshot return) | - | - | {fmt(b['policy_return'])} | {fmt(b['policy_score'])} |")
+    for algo, r in result["algorithms"].items():
+        lines.append(f"| {algo.upper()} | {r['steps']} | {r['seeds']} | {r['return_mean']:.1f} ± {r['return_std']:.1f} | "
+                     f"{r['score_mean']:.1f} ± {r['score_std']:.1f} |")
+    lines += ["", f"**{result['verdict']}**", "",
+              "![learning curves](learning_curves.png)", "",
+              "![critic estimate vs realised return](q_vs_return.png)", "",
+              "The dataset doctor's report is in [doctor/summary.md](doctor/summary.md) "
+              "(returns.png, actions.png, states.png).", "",
+              f"Total time: {result['seconds']:.0f} s."]
+    return "\n".join(lines) + "\n"
