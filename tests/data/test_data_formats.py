@@ -141,3 +141,14 @@ def test_format_from_suffix_and_unknown_suffix(tmp_path, small_dataset):
     assert data.format_of("a.h5") == "hdf5" and data.format_of("a.npz") == "npz" and data.format_of(tmp_path) == "minari"
     with pytest.raises(DatasetError, match="unknown dataset format '.csv'"):
         data.save(small_dataset, tmp_path / "a.csv")
+
+
+def test_derived_next_observations_with_one_step_episodes_and_an_open_last_row():
+    # rows: A, B(timeout), C(timeout: a one-step episode), D, E(no flag: logging stopped)
+    obs = np.arange(5, dtype=np.float32)[:, None] * np.ones((1, 2), np.float32)
+    ds = Dataset.from_arrays(obs, np.zeros((5, 1)), np.arange(5), np.zeros(5, bool),
+                             timeouts=np.array([0, 1, 1, 0, 0], bool))
+    # B, C and E have no logged successor and are dropped; A and D now close their episodes
+    np.testing.assert_array_equal(ds.rewards, [0, 3])
+    np.testing.assert_array_equal(ds.next_observations[:, 0], [1, 4])
+    assert ds.timeouts.tolist() == [True, True] and not ds.terminals.any()
