@@ -152,3 +152,11 @@ def test_derived_next_observations_with_one_step_episodes_and_an_open_last_row()
     np.testing.assert_array_equal(ds.rewards, [0, 3])
     np.testing.assert_array_equal(ds.next_observations[:, 0], [1, 4])
     assert ds.timeouts.tolist() == [True, True] and not ds.terminals.any()
+
+
+@pytest.mark.parametrize("name", ["m.hdf5", "m.npz", "m-v0"])
+def test_awkward_metadata_values_round_trip(tmp_path, name):
+    md = {"none": None, "rows": [{"x": 1.5, "y": None}], "numpy": np.float64(2.5), "empty": "", "spaced": " sp ",
+          "flag": True, "nul": "x\x00", "count": 3, "nested/key": "v"}
+    loaded = data.load(data.save(make_dataset(metadata=md), tmp_path / name))
+    assert loaded.metadata == {**md, "numpy": 2.5}
