@@ -7,25 +7,31 @@ Quality tier rule
 -----------------
 Per-episode normalized scores ``s = 100 (R - R_random) / (R_expert - R_random)`` (D4RL,
 Fu et al. 2020) are used when reference returns are known (dataset metadata
-``ref_min_score``/``ref_max_score``, D4RL's table, or offrl's measured references), else the
-raw returns. In order:
+``ref_min_score``/``ref_max_score``, D4RL's table, or offrl's measured references). Three
+more signals: the *spread* ``p90 - p10`` of the scores; the *trend*, Spearman's rank
+correlation between episode order and return (a replay buffer is stored in the order an
+improving learner produced it); and *i.i.d. actions*, a lag-1 autocorrelation of the
+actions within episodes below 0.2 (uniform noise has none, a policy acting on a smoothly
+changing state has plenty). In order:
 
-1. **Mixture** (two return modes): split the sorted returns where the between-group
-   variance is largest (Otsu's threshold). The data is bimodal when both groups hold at least
-   10% of the episodes, Ashman's ``D = sqrt(2) |mu_hi - mu_lo| / sqrt(sd_lo^2 + sd_hi^2) >= 3``
-   and the middle third between the two group means holds under 8% of the episodes (a flat
-   spread has ``D = 3.5`` but 17% there). A bimodal dataset whose upper group scores
-   ``>= 75`` is *medium-expert*; otherwise *medium-replay*.
-2. **Broad spread**: ``p90 - p10 > 30`` score points (a replay buffer spans many policies)
-   is *medium-replay*.
-3. **Level** of the median score: ``< 15`` *random*, ``>= 85`` *expert*, else *medium*.
+1. **random**: median score ``< 15`` and either i.i.d. actions or a spread ``<= 30``.
+2. **mixture** (two return modes): split the sorted scores where the between-group
+   variance is largest (Otsu's threshold). Bimodal when both groups hold at least 10% of the
+   episodes (and 5 episodes), Ashman's ``D = sqrt(2) |mu_hi - mu_lo| / sqrt(sd_lo^2 + sd_hi^2) >= 4``
+   (a flat spread has ``D = 3.5``, a normal one 2.7) and the middle third between the two
+   group means holds under 8% of the episodes. Upper group ``>= 75``: *medium-expert*;
+   otherwise *medium-replay*.
+3. **medium-replay**: spread ``> 30`` points and either a rising trend (Spearman ``>= 0.3``)
+   or a median ``< 15`` with policy-like actions.
+4. **level** of the median score: ``>= 85`` *expert*, else *medium*. A wide spread without a
+   trend is read as one policy whose return depends on the start state (e.g. Pendulum).
 
-Without reference returns the level is unknown, so the rule uses the actions instead:
-i.i.d. uniform actions (lag-1 autocorrelation within episodes ``< 0.2`` and per-dimension
-histogram entropy ``>= 0.9 log(bins)``) mark *random* data; then steps 1-2 on raw returns,
-with spread measured relative to the return range; otherwise *medium*. Such estimates are
-reported with confidence ``low``. Confidence is ``high`` only with references, at least 10
-episodes, and a median more than 5 points from a level threshold.
+Without reference returns the level is unknown: i.i.d. actions whose per-dimension
+histograms are nearly flat (entropy ``>= 0.9 log(bins)``) mark *random* data; then step 2 on
+raw returns (*medium-expert*), then a wide relative spread with a rising trend
+(*medium-replay*), else *medium*; such estimates have confidence ``low``. Confidence is
+``high`` only with references, at least 20 episodes, and (for the level tiers) a median more
+than 5 points from a threshold; otherwise ``medium``.
 
 Recommendation (the dataset-quality table): narrow expert data -> BC or TD3+BC; medium or
 mixed suboptimal data -> IQL; low-coverage random data -> a conservative method (CQL).
@@ -54,6 +60,9 @@ RANDOM_BELOW = 15.0
 EXPERT_FROM = 85.0
 REPLAY_SPREAD = 30.0
 MIXTURE_HIGH_FROM = 75.0
+TREND_FROM = 0.3
+IID_AUTOCORR_BELOW = 0.2
+BIMODAL_D_FROM = 4.0
 ACTION_BINS = 20
 PCA_GRID = 32
 MAX_PCA_POINTS = 20_000
@@ -102,7 +111,7 @@ def bimodality(values) -> dict:
     frac = split / n
     out.update(ashman_d=min(d, 1e6), middle_fraction=middle, low_mean=float(lo.mean()), high_mean=float(hi.mean()),
                low_fraction=float(frac),
-               bimodal=bool(min(frac, 1 - frac) >= 0.10 and d >= 3.0 and middle < 0.08))
+               bimodal=bool(min(split, n - split) >= max(5, 0.10 * n) and d >= BIMODAL_D_FROM and middle < 0.08))
     return out
 
 
@@ -223,61 +232,87 @@ def duplicate_transitions(ds: Dataset) -> dict:
 
 
 # ---------------------------------------------------------------------- tier and advice
+def return_trend(returns) -> float:
+    """Spearman rank correlation between episode order and return (``nan`` under 10 episodes).
+
+    A replay buffer stores episodes in the order an improving learner produced them, so its
+    returns rise along the file; a fixed policy's returns do not.
+    """
+    r = np.asarray(returns, dtype=np.float64)
+    if len(r) < 10 or np.ptp(r) == 0:
+        return float("nan")
+    ranks = np.empty(len(r))
+    ranks[np.argsort(r, kind="stable")] = np.arange(len(r))
+    order = np.arange(len(r), dtype=np.float64)
+    return float(np.corrcoef(order, ranks)[0, 1])
+
+
 def estimate_tier(returns, scores=None, action_autocorr=float("nan"), action_entropy=0.0) -> dict:
     """Quality tier from per-episode returns (and normalized scores when known); see the module rule."""
     returns = np.asarray(returns, dtype=np.float64)
     reasons: list[str] = []
     n = len(returns)
+    trend = return_trend(returns)
+    rising = bool(np.isfinite(trend) and trend >= TREND_FROM)
+    iid = bool(np.isfinite(action_autocorr) and action_autocorr < IID_AUTOCORR_BELOW)
     if scores is not None:
         s = np.asarray(scores, dtype=np.float64)
         med = float(np.median(s))
         spread = float(np.percentile(s, 90) - np.percentile(s, 10))
         bi = bimodality(s)
-        if bi["bimodal"]:
+        if med < RANDOM_BELOW and (iid or spread <= REPLAY_SPREAD):
+            tier = "random"
+            why = (f"actions look i.i.d. (lag-1 autocorrelation {action_autocorr:.2f})" if iid
+                   else f"a narrow spread ({spread:.0f} points)")
+            reasons.append(f"median normalized score {med:.1f} < {RANDOM_BELOW:.0f} with {why}: close to a random policy")
+        elif bi["bimodal"]:
             if bi["high_mean"] >= MIXTURE_HIGH_FROM:
                 tier = "medium-expert"
                 reasons.append(f"returns are bimodal: {100 * (1 - bi['low_fraction']):.0f}% of episodes score about {bi['high_mean']:.0f} and the rest about {bi['low_mean']:.0f} (Ashman's D {bi['ashman_d']:.1f})")
             else:
                 tier = "medium-replay"
                 reasons.append(f"returns are bimodal but even the better group scores only about {bi['high_mean']:.0f} (Ashman's D {bi['ashman_d']:.1f}): a mixture of suboptimal policies")
-        elif spread > REPLAY_SPREAD:
+        elif spread > REPLAY_SPREAD and (rising or med < RANDOM_BELOW):
             tier = "medium-replay"
-            reasons.append(f"normalized scores spread widely (p10-p90 range {spread:.0f} points > {REPLAY_SPREAD:.0f}), as a replay buffer of improving policies does")
-        elif med < RANDOM_BELOW:
-            tier = "random"
-            reasons.append(f"median normalized score {med:.1f} < {RANDOM_BELOW:.0f}: close to a random policy")
+            if rising:
+                reasons.append(f"normalized scores spread widely (p10-p90 {spread:.0f} points > {REPLAY_SPREAD:.0f}) and rise along the episode order (Spearman {trend:.2f}), as a replay buffer of an improving learner does")
+            else:
+                reasons.append(f"scores spread widely (p10-p90 {spread:.0f} points) up from a low median ({med:.1f}) with policy-like, not i.i.d., actions: a mix of early and better policies")
         elif med >= EXPERT_FROM:
             tier = "expert"
-            reasons.append(f"median normalized score {med:.1f} >= {EXPERT_FROM:.0f} with a narrow spread ({spread:.0f} points)")
+            reasons.append(f"median normalized score {med:.1f} >= {EXPERT_FROM:.0f} (p10-p90 spread {spread:.0f} points)")
         else:
             tier = "medium"
-            reasons.append(f"median normalized score {med:.1f} lies between {RANDOM_BELOW:.0f} and {EXPERT_FROM:.0f} with a narrow spread ({spread:.0f} points)")
+            reasons.append(f"median normalized score {med:.1f} lies between {RANDOM_BELOW:.0f} and {EXPERT_FROM:.0f} (p10-p90 spread {spread:.0f} points)")
+        if tier in ("medium", "expert") and spread > REPLAY_SPREAD:
+            reasons.append(f"the scores spread widely ({spread:.0f} points) but do not rise along the episode order, which reads as one policy whose return depends on the start state")
         near = min(abs(med - RANDOM_BELOW), abs(med - EXPERT_FROM))
-        confidence = "high" if n >= 10 and (near > 5 or tier in ("medium-replay", "medium-expert")) else "medium"
-        if n < 10:
+        confidence = "high" if n >= 20 and (near > 5 or tier in ("medium-replay", "medium-expert")) else "medium"
+        if n < 20:
             reasons.append(f"only {n} episodes, so the return distribution is rough")
         return {"estimate": tier, "confidence": confidence, "reasons": reasons, "normalized": True,
-                "median_score": med, "score_spread": spread, "bimodality": bi}
+                "median_score": med, "score_spread": spread, "return_trend": None if not np.isfinite(trend) else trend,
+                "bimodality": bi}
 
     reasons.append("reference returns for this environment are unknown, so the estimate is uncertain (pass --env or add ref_min_score/ref_max_score to the metadata)")
     bi = bimodality(returns)
-    rng_width = float(returns.max() - returns.min()) if n else 0.0
     scale = max(abs(float(np.percentile(returns, 90))), abs(float(np.percentile(returns, 10))), 1e-8) if n else 1.0
     rel_spread = float(np.percentile(returns, 90) - np.percentile(returns, 10)) / scale if n else 0.0
-    if np.isfinite(action_autocorr) and action_autocorr < 0.2 and action_entropy >= 0.9:
+    if iid and action_entropy >= 0.9:
         tier = "random"
         reasons.append(f"actions look i.i.d. uniform (lag-1 autocorrelation {action_autocorr:.2f}, histogram entropy {action_entropy:.2f} of the maximum)")
     elif bi["bimodal"]:
         tier = "medium-expert"
         reasons.append(f"returns are bimodal (groups near {bi['low_mean']:.4g} and {bi['high_mean']:.4g}, Ashman's D {bi['ashman_d']:.1f}): a mixture of a weaker and a stronger policy")
-    elif rel_spread > 0.5:
+    elif rel_spread > 0.5 and rising:
         tier = "medium-replay"
-        reasons.append(f"returns spread widely (p10-p90 range is {100 * rel_spread:.0f}% of their magnitude), as a replay buffer does")
+        reasons.append(f"returns spread widely (p10-p90 is {100 * rel_spread:.0f}% of their magnitude) and rise along the episode order (Spearman {trend:.2f}), as a replay buffer does")
     else:
         tier = "medium"
-        reasons.append("returns are unimodal and fairly narrow; without references medium and expert cannot be told apart")
+        reasons.append("returns show neither two modes nor a rising trend; without references medium and expert cannot be told apart")
     return {"estimate": tier, "confidence": "low", "reasons": reasons, "normalized": False,
-            "median_score": None, "score_spread": None, "bimodality": bi, "return_range": rng_width}
+            "median_score": None, "score_spread": None, "return_trend": None if not np.isfinite(trend) else trend,
+            "bimodality": bi}
 
 
 def recommend(tier: dict, coverage: dict | None = None) -> dict:

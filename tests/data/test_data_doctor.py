@@ -45,7 +45,8 @@ CASES = {
     "medium": (rng.normal(45, 4, 40), True),
     "expert": (rng.normal(100, 3, 40), True),
     "medium-expert": (np.concatenate([rng.normal(45, 4, 20), rng.normal(100, 3, 20)]), True),
-    "medium-replay": (rng.uniform(0, 60, 60), True),
+    # a replay buffer: scores rise (noisily) along the episode order
+    "medium-replay": (np.linspace(0, 60, 60) + rng.normal(0, 8, 60), True),
 }
 ADVICE = {"random": "CQL", "medium": "IQL", "expert": "BC", "medium-expert": "IQL", "medium-replay": "IQL"}
 
@@ -84,9 +85,32 @@ def test_env_argument_supplies_references():
     assert inspect_dataset(ds, env_id="Hopper-v5")["tier"]["estimate"] == "expert"
 
 
+def test_wide_spread_without_trend_is_one_policy_not_a_replay_buffer():
+    scores = rng.permutation(np.linspace(40, 80, 60))   # like Pendulum: the start state moves the return a lot
+    tier = inspect_dataset(tier_dataset(scores))["tier"]
+    assert tier["estimate"] == "medium" and abs(tier["return_trend"]) < 0.3
+    assert any("start state" in r for r in tier["reasons"])
+    assert inspect_dataset(tier_dataset(np.sort(scores)))["tier"]["estimate"] == "medium-replay"
+
+
+def test_low_scores_with_policy_actions_and_wide_spread_are_replay_not_random():
+    scores = rng.permutation(np.concatenate([rng.normal(3, 2, 40), rng.uniform(10, 60, 20)]))
+    assert inspect_dataset(tier_dataset(scores, smooth=True))["tier"]["estimate"] == "medium-replay"
+    assert inspect_dataset(tier_dataset(scores, smooth=False))["tier"]["estimate"] == "random"
+
+
+def test_return_trend_hand_computed():
+    from offrl.data.doctor import return_trend
+
+    assert return_trend(np.arange(12.0)) == pytest.approx(1.0)
+    assert return_trend(np.arange(12.0)[::-1]) == pytest.approx(-1.0)
+    assert np.isnan(return_trend(np.arange(5.0)))
+
+
 def test_bimodality_hand_computed():
-    two = bimodality([0, 0, 0, 10, 10, 10])
+    two = bimodality([0] * 5 + [10] * 5)
     assert two["bimodal"] and two["low_mean"] == 0 and two["high_mean"] == 10 and two["middle_fraction"] == 0
+    assert not bimodality([0] * 4 + [10] * 4)["bimodal"]   # each mode needs at least 5 episodes
     flat = bimodality(np.linspace(0, 1, 1001))
     # a flat spread splits in halves: D = sqrt(2) (w/2) / sqrt(2 w^2 / 48) = sqrt(48) / 2
     assert flat["ashman_d"] == pytest.approx(np.sqrt(48) / 2, rel=1e-2)
