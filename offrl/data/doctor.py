@@ -318,7 +318,11 @@ def estimate_tier(returns, scores=None, action_autocorr=float("nan"), action_ent
 def recommend(tier: dict, coverage: dict | None = None) -> dict:
     """The algorithm the dataset-quality table suggests for this tier, with reasons."""
     t = tier["estimate"]
-    if t == "expert":
+    if t == "expert" and (tier.get("score_spread") or 0.0) > REPLAY_SPREAD:
+        algo, alts = "TD3+BC", ["BC"]
+        reasons = [f"near-expert data with a wide spread of scores ({tier['score_spread']:.0f} points): TD3+BC's value term lets it prefer the better episodes while its BC term keeps it close to the data",
+                   "plain BC also imitates the weaker episodes"]
+    elif t == "expert":
         algo, alts = "BC", ["TD3+BC"]
         reasons = ["narrow, near-expert data: behaviour cloning copies the good behaviour directly",
                    "TD3+BC adds a value term on top of the BC term and is the safer choice if some episodes are weaker"]

@@ -65,6 +65,8 @@ def test_tier_estimate_and_recommendation(tier):
 def test_expert_advice_names_bc_and_td3bc_and_random_advice_is_conservative():
     expert = recommend({"estimate": "expert", "confidence": "high"})
     assert expert["algorithm"] == "BC" and expert["alternatives"] == ["TD3+BC"]
+    wide = recommend({"estimate": "expert", "confidence": "high", "score_spread": 40.0})
+    assert wide["algorithm"] == "TD3+BC" and "40 points" in wide["reasons"][0]
     random = recommend({"estimate": "random", "confidence": "high"}, {"occupied_fraction": 0.1})
     assert random["algorithm"] == "CQL" and any("conservative" in r for r in random["reasons"])
     assert any("10% of the PCA grid" in r for r in random["reasons"])
