@@ -245,7 +245,9 @@ def parse_args(argv=None):
     p.add_argument("--memory-transitions", type=int, default=None, help="dataset size of the memory check, 0 skips it (default 1M; --quick 100k)")
     p.add_argument("--memory-algo", default="iql", help="algorithm trained in the memory check")
     p.add_argument("--peak-size", type=int, default=None, help="matrix size of the matmul peak measurement (default 2048; --quick 1024)")
-    p.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads for d3rlpy (default: torch's own choice)")
+    p.add_argument("--torch-threads", default="default,1",
+                   help="comma-separated torch thread counts to time d3rlpy with, 'default' = torch's own choice "
+                        "(default: 'default,1'; the ratio is taken against the fastest)")
     p.add_argument("--no-d3rlpy", action="store_true", help="time offrl only")
     p.add_argument("--quick", action="store_true", help="smoke run: 200-step chunks, 2 rounds, 100k-row memory check")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
@@ -279,11 +281,12 @@ def main(argv=None) -> int:
     import jax
     import torch
 
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
+    default_threads = torch.get_num_threads()
+    thread_settings = [default_threads if t.strip() == "default" else int(t) for t in args.torch_threads.split(",")]
+    thread_settings = list(dict.fromkeys(thread_settings)) if d3rlpy else []
 
     console.print(f"jax {jax.__version__} ({jax.default_backend()}), "
-                  + (f"d3rlpy {d3rlpy.__version__} / torch {torch.__version__} with {torch.get_num_threads()} threads, "
+                  + (f"d3rlpy {d3rlpy.__version__} / torch {torch.__version__} (default {default_threads} threads), "
                      if d3rlpy else "") + f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     data = make_data(args.transitions)
     peak = matmul_peak_flops(args.peak_size)
@@ -297,22 +300,31 @@ def main(argv=None) -> int:
         theirs = D3rlpySide(name, data, args.d3rlpy_steps) if d3rlpy else None
         if theirs:
             theirs.warmup()
-        ours_rates, theirs_rates = [], []
-        for _ in range(args.rounds):
-            ours_rates.append(args.steps / ours.run())
-            if theirs:
-                theirs_rates.append(args.d3rlpy_steps / theirs.run())
         flops = ours.flops_per_update()
+        ours_rates, fractions = [], []
+        theirs_rates: dict[int, list[float]] = {t: [] for t in thread_settings}
+        for _ in range(args.rounds):
+            round_peak = matmul_peak_flops(args.peak_size, repeats=2)  # the peak under this round's load
+            ours_rates.append(args.steps / ours.run())
+            fractions.append(flops * ours_rates[-1] / round_peak)
+            peak = max(peak, round_peak)
+            for threads in thread_settings:
+                torch.set_num_threads(threads)
+                theirs_rates[threads].append(args.d3rlpy_steps / theirs.run())
+        torch.set_num_threads(default_threads)
+        d3rlpy_medians = {t: statistics.median(r) for t, r in theirs_rates.items()}
+        best_threads = max(d3rlpy_medians, key=d3rlpy_medians.get) if d3rlpy_medians else None
         row = {"algo": name, "offrl_steps_per_s": statistics.median(ours_rates),
                "offrl_rounds": ours_rates, "offrl_first_chunk_s": compile_s,
-               "d3rlpy_steps_per_s": statistics.median(theirs_rates) if theirs else None, "d3rlpy_rounds": theirs_rates,
-               "gflop_per_update": flops / 1e9}
+               "d3rlpy_steps_per_s_by_threads": d3rlpy_medians, "d3rlpy_rounds_by_threads": theirs_rates,
+               "d3rlpy_steps_per_s": d3rlpy_medians.get(best_threads), "d3rlpy_best_threads": best_threads,
+               "gflop_per_update": flops / 1e9, "peak_fraction_rounds": fractions}
         row["ratio"] = row["offrl_steps_per_s"] / row["d3rlpy_steps_per_s"] if theirs else None
-        row["peak_fraction"] = flops * row["offrl_steps_per_s"] / peak
-        results.append(row)
+        row["peak_fraction"] = statistics.median(fractions)
         console.print(f"  offrl {row['offrl_steps_per_s']:.1f} steps/s"
-                      + (f", d3rlpy {row['d3rlpy_steps_per_s']:.1f} steps/s, ratio {row['ratio']:.2f}x" if theirs else "")
-                      + f", {row['peak_fraction']:.0%} of peak")
+                      + "".join(f", d3rlpy ({t} thr) {v:.1f} steps/s" for t, v in d3rlpy_medians.items())
+                      + (f", ratio {row['ratio']:.2f}x" if theirs else "") + f", {row['peak_fraction']:.0%} of peak")
+        results.append(row)
         del ours, theirs
 
     memory = None
@@ -323,17 +335,21 @@ def main(argv=None) -> int:
 
     table = Table(title=f"Training throughput, HalfCheetah-shaped data (obs {OBS_DIM}, act {ACTION_DIM}), "
                         f"256x256 MLPs, batch {BATCH_SIZE}, 2 critics, {args.transitions:,} transitions")
-    for col in ("algorithm", "offrl steps/s", "d3rlpy steps/s", "ratio", "GFLOP/update", "offrl GFLOP/s", "of peak",
-                "compile+1st chunk s"):
-        table.add_column(col, justify="left" if col == "algorithm" else "right")
+    table.add_column("algorithm")
+    table.add_column("offrl steps/s", justify="right")
+    for t in thread_settings:
+        table.add_column(f"d3rlpy steps/s ({t} thr)", justify="right")
+    for col in ("ratio (vs best d3rlpy)", "GFLOP/update", "offrl GFLOP/s", "of peak", "compile+1st chunk s"):
+        table.add_column(col, justify="right")
     for r in results:
         table.add_row(r["algo"], f"{r['offrl_steps_per_s']:.1f}",
-                      "-" if r["d3rlpy_steps_per_s"] is None else f"{r['d3rlpy_steps_per_s']:.1f}",
+                      *(f"{r['d3rlpy_steps_per_s_by_threads'][t]:.1f}" for t in thread_settings),
                       "-" if r["ratio"] is None else f"{r['ratio']:.2f}x", f"{r['gflop_per_update']:.3f}",
                       f"{r['gflop_per_update'] * r['offrl_steps_per_s']:.1f}", f"{r['peak_fraction']:.0%}",
                       f"{r['offrl_first_chunk_s']:.1f}")
     console.print(table)
-    console.print(f"matmul peak {peak / 1e9:.1f} GFLOP/s; medians of {args.rounds} alternating rounds of "
+    console.print(f"best matmul peak seen {peak / 1e9:.1f} GFLOP/s ('of peak' divides by the peak measured just before "
+                  f"each offrl round, median over rounds); medians of {args.rounds} alternating rounds of "
                   f"{args.steps} offrl / {args.d3rlpy_steps} d3rlpy updates after warm-up; "
                   f"load average now {os.getloadavg()[0]:.1f} (shared machine: numbers are noisy).")
     if memory:
