@@ -15,6 +15,8 @@ _EXPORTS = {
     "Dataset": "offrl.data",
     "load_dataset": ("offrl.data", "load"),
     "save_dataset": ("offrl.data", "save"),
+    "register_dataset": ("offrl.data", "register"),
+    "list_datasets": ("offrl.data", "list_datasets"),
     "inspect_dataset": ("offrl.data.doctor", "inspect_dataset"),
     # errors
     "OffrlError": "offrl.errors",
