@@ -141,11 +141,23 @@ def _describe_dataset(dataset, source) -> str:
 
 
 # ====================================================================== jitted chunks
+_CHUNK_FNS: dict[tuple, Any] = {}
+
+
 def make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
     """``chunk(agents, data_keys, data) -> (agents, metrics)``: ``num_steps`` scanned updates.
 
-    ``metrics[name]`` has shape ``(seeds, num_steps)`` (``(num_steps,)`` unvmapped).
+    ``metrics[name]`` has shape ``(seeds, num_steps)`` (``(num_steps,)`` unvmapped). The
+    jitted function is cached, so runs with the same algorithm, config and shapes in one
+    process compile once.
     """
+    cache_key = (module.__name__, num_steps, batch_size, vmap_seeds)
+    if cache_key not in _CHUNK_FNS:
+        _CHUNK_FNS[cache_key] = _make_chunk_fn(module, num_steps, batch_size, vmap_seeds)
+    return _CHUNK_FNS[cache_key]
+
+
+def _make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
     import jax
 
     from offrl.algos.common import Batch
@@ -219,10 +231,7 @@ class Evaluator:
         self.episodes, self.seeds, self.discount, self.eval_seed = episodes, seeds, discount, eval_seed
         self.metadata = dict(metadata or {})
         self.envs = [make_env(env_id) for _ in range(seeds * episodes)]
-        self._act = jax.jit(jax.vmap(module.act))
-        one = jax.tree_util.tree_map(lambda x: x[0], agents)
-        probe = module.q_value(one, np.zeros((1, info.obs_dim), np.float32), np.zeros((1, info.action_dim), np.float32))
-        self._q = jax.jit(jax.vmap(module.q_value)) if probe is not None else None
+        self._act, self._q = _policy_fns(module, agents, info)
 
     def __call__(self, agents) -> dict[str, np.ndarray]:
         """Per-seed arrays ``(seeds, episodes)``: return, length, q_estimate, discounted_return."""
@@ -268,6 +277,22 @@ class Evaluator:
     def close(self):
         for env in self.envs:
             env.close()
+
+
+_POLICY_FNS: dict[str, tuple] = {}
+
+
+def _policy_fns(module, agents, info: DataInfo):
+    """Jitted, seed-vmapped ``act`` and ``q_value`` (``None`` without a critic), cached per algorithm."""
+    import jax
+
+    if module.__name__ not in _POLICY_FNS:
+        one = jax.tree_util.tree_map(lambda x: x[0], agents)
+        probe = jax.eval_shape(lambda a: module.q_value(a, np.zeros((1, info.obs_dim), np.float32),
+                                                        np.zeros((1, info.action_dim), np.float32)), one)
+        q_fn = jax.jit(jax.vmap(module.q_value)) if probe is not None else None
+        _POLICY_FNS[module.__name__] = (jax.jit(jax.vmap(module.act)), q_fn)
+    return _POLICY_FNS[module.__name__]
 
 
 def summarise_evaluation(result: dict[str, np.ndarray]) -> list[dict[str, float]]:
@@ -385,6 +410,8 @@ class Run:
 
     @property
     def step(self) -> int:
+        if self.agent is None:
+            return max((int(r["step"]) for r in self.metrics), default=0)
         return int(np.asarray(self.agent.step).reshape(-1)[0])
 
     def evaluations(self) -> list[dict]:
@@ -489,7 +516,8 @@ def train(
     data, info = prepare_data(ds, config, env_id)
     settings = _settings_dict(dataset=_describe_dataset(ds, dataset), env=env_id, steps=int(steps), seeds=int(seeds),
                               seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
-                              log_every=int(log_every), transitions=len(ds))
+                              log_every=int(log_every), transitions=len(ds),
+                              references=_references(env_id, ds.metadata))
     if previous:
         for key in ("seeds", "seed"):
             if previous["settings"][key] != settings[key]:
@@ -526,7 +554,7 @@ def train(
     evaluator = None
     if env_id and eval_episodes > 0:
         evaluator = Evaluator(module, agents, info, env_id, eval_episodes, seeds,
-                                         getattr(config, "discount", 0.99), metadata=ds.metadata)
+                              getattr(config, "discount", 0.99), metadata=_reference_metadata(settings))
     trainer = Trainer(module, config.batch_size, seeds)
     run = Run(folder, algo, config, settings, info, agents, log.rows)
     step = int(np.asarray(agents.step).reshape(-1)[0])
@@ -562,7 +590,24 @@ def train(
             evaluator.close()
     run.agent = agents
     run.metrics = log.rows
+    if folder is not None and run.evaluations():
+        from offrl.plotting import plot_runs
+
+        plot_runs([run], folder / "plots")
     return run
+
+
+def _references(env_id, metadata) -> list[float] | None:
+    """``[R_random, R_expert]`` for the normalized score (dataset metadata first), or None."""
+    from offrl.envs import reference_returns
+
+    ref = reference_returns(env_id, dict(metadata or {})) if env_id else None
+    return None if ref is None else [float(ref[0]), float(ref[1])]
+
+
+def _reference_metadata(settings: dict) -> dict:
+    ref = settings.get("references")
+    return {} if not ref else {"ref_min_score": ref[0], "ref_max_score": ref[1]}
 
 
 def _next_multiple(step: int, every: int) -> int:
@@ -633,8 +678,9 @@ class _Progress:
 
 
 # ====================================================================== loading, evaluating
-def load_run(path: str | Path) -> Run:
-    """A finished or interrupted run from its folder, with the agent at its latest checkpoint."""
+def load_run(path: str | Path, with_agent: bool = True) -> Run:
+    """A finished or interrupted run from its folder, with the agent at its latest checkpoint
+    (``with_agent=False``: metrics and config only, no checkpoint restored)."""
     import jax
 
     from offrl.algos import get_algorithm
@@ -649,13 +695,16 @@ def load_run(path: str | Path) -> Run:
     config = config_from_dict(module.Config, record["config"])
     info = DataInfo(**record["data"])
     settings = record["settings"]
+    metrics = read_metrics(folder / "metrics.jsonl")
+    if not with_agent:
+        return Run(folder, record["algo"], config, settings, info, None, metrics)
     agents, data_keys = create_agents(module, config, info.obs_dim, info.action_dim, settings["seed"], settings["seeds"])
     latest = latest_checkpoint(folder / "checkpoints")
     if latest is None:
         raise OffrlError(f"{folder} has no checkpoint yet (checkpoints/latest.json is missing); train it longer or --resume it.")
     state = load_checkpoint(latest["path"], {"agent": agents, "data_keys": data_keys})
     agents = jax.tree_util.tree_map(jax.numpy.asarray, state["agent"])
-    return Run(folder, record["algo"], config, settings, info, agents, read_metrics(folder / "metrics.jsonl"))
+    return Run(folder, record["algo"], config, settings, info, agents, metrics)
 
 
 def evaluate(run: Run | str | Path, episodes: int = 10, env: str | None = None, eval_seed: int = 20_000) -> dict:
@@ -672,7 +721,8 @@ def evaluate(run: Run | str | Path, episodes: int = 10, env: str | None = None, 
         raise ConfigError("this run has no environment id to evaluate in; pass --env (a Gymnasium id such as Hopper-v5).")
     seeds = int(np.asarray(run.agent.step).shape[0])
     evaluator = Evaluator(run.module, run.agent, run.info, env_id, episodes, seeds,
-                                     getattr(run.config, "discount", 0.99), eval_seed=eval_seed)
+                          getattr(run.config, "discount", 0.99), eval_seed=eval_seed,
+                          metadata=_reference_metadata(run.settings) if env_id == run.info.env_id else None)
     try:
         per_seed = summarise_evaluation(evaluator(run.agent))
     finally:

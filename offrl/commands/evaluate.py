@@ -1,0 +1,36 @@
+"""``offrl evaluate RUN``: roll a trained run's deterministic policy in its environment."""
+
+from __future__ import annotations
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("evaluate", help="evaluate a trained run in its environment",
+                              description="Roll each seed's deterministic policy for --episodes episodes and report returns, normalized scores and the critic's Q at the start states.")
+    p.add_argument("run", help="run folder written by `offrl train`")
+    p.add_argument("--episodes", type=int, default=10, help="episodes per seed (default 10)")
+    p.add_argument("--env", default=None, help="Gymnasium id (default: the run's)")
+    p.add_argument("--eval-seed", type=int, default=20_000, help="seed of the first episode's reset (default 20000)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import math
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.engine import evaluate
+
+    result = evaluate(args.run, episodes=args.episodes, env=args.env, eval_seed=args.eval_seed)
+    table = Table(title=f"{args.run}: {result['episodes']} episodes per seed in {result['env']}")
+    for title in ("seed", "return", "normalized score", "Q(s0, pi(s0))", "realised disc. return"):
+        table.add_column(title, justify="right")
+    fmt = lambda v: "-" if not math.isfinite(v) else f"{v:.2f}"  # noqa: E731
+    for seed, row in enumerate(result["per_seed"]):
+        table.add_row(str(seed), f"{row['eval/return']:.2f} ± {row['eval/return_std']:.2f}", fmt(row["eval/normalized_score"]),
+                      fmt(row["eval/q_estimate"]), fmt(row["eval/discounted_return"]))
+    mean, std = result["normalized_score"]
+    rmean, rstd = result["return"]
+    table.add_row("mean ± std", f"{rmean:.2f} ± {rstd:.2f}", "-" if not math.isfinite(mean) else f"{mean:.2f} ± {std:.2f}", "", "", style="bold")
+    Console().print(table)
+    return 0
