@@ -34,9 +34,9 @@ from offrl.prefs.task import TaskConfig, judge, make_task, read_prompts
 from offrl.prefs.train import PreferenceConfig, SFTConfig, train_preferences, train_sft
 
 DEFAULT_BETAS = {
-    "dpo": (0.02, 0.05, 0.1, 0.3, 1.0),
+    "dpo": (0.03, 0.1, 0.3, 1.0, 3.0),
     "ipo": (0.1, 0.3, 1.0, 3.0, 10.0),
-    "kto": (0.02, 0.05, 0.1, 0.3, 1.0),
+    "kto": (0.03, 0.1, 0.3, 1.0, 3.0),
     "cdpo": (0.02, 0.05, 0.1, 0.3, 1.0),
     "rdpo": (0.02, 0.05, 0.1, 0.3, 1.0),
 }

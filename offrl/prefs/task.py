@@ -200,3 +200,10 @@ def read_prompts(path: str) -> list[str]:
             seen.add(r["prompt"])
             prompts.append(r["prompt"])
     return prompts
+
+
+def make_oracle_pairs(prompts: list[str], seed: int = 0) -> list[dict]:
+    """Pairs whose chosen completion is the exact answer and rejected one a single-edit corruption
+    (a clean, judge-consistent preference set for tests and reward-model sanity checks)."""
+    rng = random.Random(seed)
+    return [{"prompt": p, "chosen": target(p), "rejected": corrupt(target(p), rng)} for p in prompts]

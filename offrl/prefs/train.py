@@ -324,18 +324,21 @@ def cached_reference_logps(reference, tokenized: TokenizedPreferences, pad: int,
     return logps
 
 
-def _mismatched(batch: dict[str, torch.Tensor], pad: int) -> dict[str, torch.Tensor]:
-    """Completions rolled by one within the batch: (x_i, y_{i+1}) for KTO's KL reference point."""
-    ids, attn, comp = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
-    prompts, completions = [], []
-    for i in range(ids.shape[0]):
-        j = (i + 1) % ids.shape[0]
-        n_i, n_j = int(attn[i].sum()), int(attn[j].sum())
-        p_len = int((comp[i, :n_i] == 0).sum())
-        pj_len = int((comp[j, :n_j] == 0).sum())
-        prompts.append(ids[i, :p_len].tolist())
-        completions.append(ids[j, pj_len:n_j].tolist())
-    return {k: v.to(ids.device) for k, v in collate_sequences(prompts, completions, pad).items()}
+def add_mismatched_slot(tokenized: TokenizedPreferences, max_length: int, seed: int = 0) -> TokenizedPreferences:
+    """Append a second completion slot holding another example's completion, ``(x_i, y_pi(i))`` with a
+    fixed derangement ``pi``: KTO's KL reference point is estimated on these mismatched pairs, and
+    fixing them lets their reference log-probs be cached like the others."""
+    import random
+
+    n = len(tokenized)
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    partner = [0] * n
+    for k, i in enumerate(order):
+        partner[i] = order[(k + 1) % n]
+    room = [max(1, max_length - len(p)) for p in tokenized.prompt_ids]
+    tokenized.completions = [tokenized.completions[0], [tokenized.completions[0][partner[i]][: room[i]] for i in range(n)]]
+    return tokenized
 
 
 def train_preferences(model: str, data, out: str, config: PreferenceConfig = PreferenceConfig(),
@@ -356,6 +359,8 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
     policy = load_causal_lm(_resume_weights(model, out, resume))
     kto = config.loss == "kto"
     dataset, train_tok, eval_tok, report = _prepare_data(data, tokenizer, config, kind="unpaired" if kto else "paired")
+    if kto:
+        add_mismatched_slot(train_tok, config.max_length, config.seed)
     accelerator = make_accelerator(config.mixed_precision)
     device = accelerator.device
     pad = tokenizer.pad_token_id
@@ -377,11 +382,9 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
         idx = batch["index"].cpu()
         if kto:
             logps = sequence_logps(m, batch, average=average)
-            mism = _mismatched(batch, pad)
             with torch.no_grad():
-                pi_kl = sequence_logps(m, mism, average=average)
-                ref_kl = sequence_logps(reference, mism, average=average) if reference is not None else pi_kl
-            z0 = L.kto_reference_point(pi_kl, ref_kl)
+                pi_kl = sequence_logps(m, {k[3:]: v for k, v in batch.items() if k.startswith("kl_")}, average=average)
+            z0 = L.kto_reference_point(pi_kl, ref_train[idx, 1].to(pi_kl.device))
             ref = ref_train[idx, 0].to(logps.device)
             losses, rewards = L.kto_loss(logps, ref, batch["labels"], z0, config.beta,
                                          config.desirable_weight, config.undesirable_weight)
@@ -399,6 +402,9 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
 
     def evaluate(m, step):
         row = {}
+        if eval_tok is not None and kto:
+            row.update({f"eval/{k}": v for k, v in kto_eval_metrics(m, eval_tok, ref_eval[:, 0], config.beta, pad,
+                                                                   average, device).items()})
         if eval_tok is not None and not kto:
             row.update({f"eval/{k}": v for k, v in implicit_reward_metrics(m, eval_tok, ref_eval, config.beta, pad,
                                                                           average, device).items()})
@@ -410,13 +416,19 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
     write_json(os.path.join(out, "config.json"),
                {"trainer": config.loss, "model": model, "reference_model": reference_path, **config.to_json(), **report})
     history = run_loop(accelerator=accelerator, model=policy, tokenizer=tokenizer, lengths=train_tok.lengths(),
-                       collate=(lambda idx: collate_single(train_tok, idx, pad)) if kto else
+                       collate=(lambda idx: _collate_kto(train_tok, idx, pad)) if kto else
                        (lambda idx: collate_pairs(train_tok, idx, pad)),
                        compute=compute, config=config, out=out, evaluate=evaluate, resume=resume,
                        progress=progress, description=config.loss)
     summary = {**report, **(history[-1] if history else {})}
     write_json(os.path.join(out, "summary.json"), summary)
     return TrainResult(out, history, summary)
+
+
+def _collate_kto(tokenized: TokenizedPreferences, indices, pad: int) -> dict[str, torch.Tensor]:
+    batch = collate_single(tokenized, indices, pad)
+    batch.update({f"kl_{k}": v for k, v in collate_single(tokenized, indices, pad, slot=1).items() if k != "labels"})
+    return batch
 
 
 def _paired_loss(config: PreferenceConfig, pi_c, pi_r, ref_c, ref_r):
@@ -439,6 +451,31 @@ def implicit_reward_metrics(model, tokenized: TokenizedPreferences, ref_logps: t
     c, r = torch.cat(r_c), torch.cat(r_r)
     return {"accuracy": float((c > r).float().mean()), "margin": float((c - r).mean()),
             "rewards/chosen": float(c.mean()), "rewards/rejected": float(r.mean())}
+
+
+@torch.no_grad()
+def kto_eval_metrics(model, tokenized: TokenizedPreferences, ref_logps: torch.Tensor, beta: float, pad: int,
+                     average: bool = False, device="cpu", batch_size: int = 128) -> dict[str, float]:
+    """Held-out implicit rewards of desirable and undesirable completions, their gap (``margin``), and,
+    where a desirable and an undesirable completion share a source row (pairs split for KTO), the
+    share of such pairs ordered correctly (``accuracy``)."""
+    rewards = []
+    for start in range(0, len(tokenized), batch_size):
+        idx = list(range(start, min(start + batch_size, len(tokenized))))
+        batch = {k: v.to(device) for k, v in collate_single(tokenized, idx, pad).items()}
+        rewards.append(beta * (sequence_logps(model, batch, average=average).float().cpu() - ref_logps[idx]))
+    r = torch.cat(rewards)
+    labels = torch.tensor(tokenized.labels, dtype=torch.bool)
+    out = {"rewards/desirable": float(r[labels].mean()) if labels.any() else 0.0,
+           "rewards/undesirable": float(r[~labels].mean()) if (~labels).any() else 0.0}
+    out["margin"] = out["rewards/desirable"] - out["rewards/undesirable"]
+    by_row: dict[int, dict[bool, float]] = {}
+    for row, lab, value in zip(tokenized.rows, tokenized.labels, r.tolist()):
+        by_row.setdefault(row, {})[lab] = value
+    pairs = [(v[True], v[False]) for v in by_row.values() if len(v) == 2]
+    if pairs:
+        out["accuracy"] = sum(c > rj for c, rj in pairs) / len(pairs)
+    return out
 
 
 @torch.no_grad()
