@@ -48,9 +48,9 @@ OFFRL_OVERRIDES = {
     "td3_bc": {"hidden_dims": (256, 256), "num_qs": 2, "batch_size": BATCH_SIZE},
     "iql": {"hidden_dims": (256, 256), "num_qs": 2, "batch_size": BATCH_SIZE},
     "cql": {"hidden_dims": (256, 256), "num_qs": 2, "batch_size": BATCH_SIZE, "n_actions": 10, "bc_warmup_steps": 0},
-    "awac": {"actor_hidden_dims": (256, 256), "critic_hidden_dims": (256, 256), "num_qs": 2,
+    "awac": {"actor_hidden_dims": (256, 256), "hidden_dims": (256, 256), "num_qs": 2,
              "batch_size": BATCH_SIZE, "actor_weight_decay": 0.0},
-    "bcq": {"actor_hidden_dims": (256, 256), "critic_hidden_dims": (256, 256), "vae_hidden_dims": (750, 750),
+    "bcq": {"hidden_dims": (256, 256), "vae_hidden_dims": (750, 750),
             "num_qs": 2, "batch_size": BATCH_SIZE, "num_samples": 10},
 }
 

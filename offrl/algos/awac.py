@@ -45,7 +45,7 @@ class Config:
     critic_lr: float = 3e-4         #: Adam learning rate of the twin Q-functions (paper: 3e-4)
     actor_weight_decay: float = 1e-4  #: L2 penalty added to the policy gradient (released code: 1e-4)
     actor_hidden_dims: tuple[int, ...] = (256, 256, 256, 256)  #: policy MLP (released code: 4 x 256)
-    critic_hidden_dims: tuple[int, ...] = (256, 256)  #: Q-function MLPs (released code: 2 x 256)
+    hidden_dims: tuple[int, ...] = (256, 256)  #: Q-function MLPs (released code: 2 x 256)
     discount: float = 0.99          #: gamma
     lam: float = 1.0                #: lambda, temperature of exp(A / lambda) (paper: 1.0; the released MuJoCo script uses 2.0)
     normalize_weights: bool = True  #: w = B * softmax(A / lambda) over the batch (released code); else min(exp(A / lambda), max_weight)
@@ -152,7 +152,7 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
     act_ = jnp.zeros((1, action_dim))
     actor_net = GaussianActor(action_dim, config.actor_hidden_dims, tanh_squash=False, state_dependent_std=False,
                               log_std_min=config.log_std_min, log_std_max=config.log_std_max)
-    critic_net = EnsembleCritic(config.critic_hidden_dims, num_qs=config.num_qs)
+    critic_net = EnsembleCritic(config.hidden_dims, num_qs=config.num_qs)
     actor_tx = optax.chain(optax.add_decayed_weights(config.actor_weight_decay), optax.adam(config.actor_lr))
     critic_params = critic_net.init(critic_key, obs, act_)
     return Agent(

@@ -39,7 +39,7 @@ def test_weighted_log_likelihood_loss_value_and_constant_weights():
 
 
 # One small configuration, one compiled update shared by the tests below.
-CONFIG = awac.Config(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32), batch_size=128,
+CONFIG = awac.Config(hidden_dims=(32, 32), batch_size=128,
                      actor_lr=1e-3, critic_lr=1e-3, actor_weight_decay=0.0)
 UPDATE = jax.jit(awac.update)
 CREATE = jax.jit(awac.create, static_argnums=(0, 1, 2))

@@ -41,7 +41,7 @@ def test_perturbation_stays_within_phi_and_the_action_box():
 
 
 def test_default_latent_dim_is_twice_the_action_dim():
-    config = bcq.Config(actor_hidden_dims=(8,), critic_hidden_dims=(8,), vae_hidden_dims=(8,))
+    config = bcq.Config(hidden_dims=(8,), vae_hidden_dims=(8,))
     agent = jax.eval_shape(lambda k: bcq.create(config, 3, 2, k), jax.random.PRNGKey(0))
     assert agent.vae.params["params"]["enc_mean"]["kernel"].shape == (8, 4)
 
@@ -49,7 +49,7 @@ def test_default_latent_dim_is_twice_the_action_dim():
 def test_bcq_stays_in_the_data_support_while_maximising_q():
     """Bandit with r = a and data actions only near 0.3: an unconstrained maximiser of the learned Q
     would go to a = 1, BCQ must stay within Phi of the data and use the perturbation to move up."""
-    config = bcq.Config(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32), vae_hidden_dims=(64, 64),
+    config = bcq.Config(hidden_dims=(32, 32), vae_hidden_dims=(64, 64),
                         batch_size=128)
     update = jax.jit(bcq.update)
     agent = jax.jit(bcq.create, static_argnums=(0, 1, 2))(config, 2, 1, jax.random.PRNGKey(0))
