@@ -160,6 +160,7 @@ def run_loop(
                 accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            metrics = {k: v.detach() for k, v in metrics.items()}
             metrics["loss"] = loss.detach()
             running.append(metrics)
             examples += int(batch["index"].numel()) * world
