@@ -83,22 +83,22 @@ def test_train_behavior_writes_loadable_zoo(pendulum_zoo):
     from offrl.collect.zoo import load_policy, load_zoo_index, read_replay
 
     index = load_zoo_index(pendulum_zoo)
-    assert [s["step"] for s in index["snapshots"]] == [0, 150, 300, 450, 600]
+    assert [s["step"] for s in index["snapshots"]] == [0, 500, 1000, 1500, 2000]
     assert index["env_steps_per_s"] > 0 and index["action_low"] == [-2.0] and index["action_high"] == [2.0]
     replay = read_replay(pendulum_zoo)
-    assert len(replay["rewards"]) == 600
-    assert replay["timeouts"].sum() == 3 and not replay["terminals"].any()  # Pendulum truncates at 200 steps
+    assert len(replay["rewards"]) == 2000
+    assert replay["timeouts"].sum() == 10 and not replay["terminals"].any()  # Pendulum truncates at 200 steps
     assert np.all(np.abs(replay["actions"]) <= 2.0)
     # steps before start_steps (100) all come from the untouched initial actor = snapshot 0
     policy0 = load_policy(pendulum_zoo, 0)
     logp = policy0.log_prob(replay["observations"][:100], replay["actions"][:100])
     np.testing.assert_allclose(logp, replay["infos/action_log_probs"][:100], atol=2e-3)
-    facts = json.loads((pendulum_zoo / "snapshots" / "step_0000600.json").read_text())
-    assert facts["step"] == 600 and len(facts["returns"]) == 2
+    facts = json.loads((pendulum_zoo / "snapshots" / "step_0002000.json").read_text())
+    assert facts["step"] == 2000 and len(facts["returns"]) == 2
     # save -> load -> same deterministic actions
-    policy = load_policy(pendulum_zoo, 600)
+    policy = load_policy(pendulum_zoo, 2000)
     obs = replay["observations"][:5]
-    again = load_policy(pendulum_zoo, 600)
+    again = load_policy(pendulum_zoo, 2000)
     np.testing.assert_array_equal(policy.deterministic(obs), again.deterministic(obs))
     assert not np.allclose(policy.deterministic(obs), policy0.deterministic(obs))
 

@@ -1,0 +1,52 @@
+"""offrl quickstart: a tiny real run on the bundled dataset writes the whole report; the verdict is honest."""
+
+import json
+
+import pytest
+
+from offrl.quickstart import DEFAULT_DATASET, _verdict, run_quickstart
+
+
+def test_bundled_default_dataset_exists_and_is_suboptimal():
+    import offrl.data as data
+    from offrl.envs import normalized_score
+
+    ds = data.load(DEFAULT_DATASET)
+    assert ds.metadata["tier"] in ("medium-replay", "medium-expert")
+    score = float(normalized_score(ds.metadata["env_id"], ds.metadata["dataset_return_mean"], ds.metadata))
+    assert score < 80  # room for offline RL to improve on the data
+    assert {"action_log_probs", "action_mean", "action_std"} <= set(ds.infos)
+
+
+def test_verdict_says_when_offline_rl_did_not_win():
+    bc = {"score_mean": 50.0, "score_std": 1.0}
+    assert _verdict({"bc": bc, "iql": {"score_mean": 70.0, "score_std": 3.0}}, 40.0).startswith("Offline RL beat BC: IQL scored 70.0 vs BC 50.0 (+20.0")
+    assert "did NOT clearly beat" in _verdict({"bc": bc, "iql": {"score_mean": 52.0, "score_std": 5.0}}, None)
+    assert "did NOT beat" in _verdict({"bc": bc, "cql": {"score_mean": 30.0, "score_std": 1.0}}, None)
+
+
+def test_tiny_quickstart_writes_report(tmp_path, capsys):
+    from rich.console import Console
+
+    out = tmp_path / "qs"
+    console = Console(record=True, width=140)
+    result = run_quickstart(out=out, algos=("bc", "iql"), steps={"bc": 40, "iql": 40}, seeds=1, eval_episodes=1,
+                            evaluations=2, progress=False, console=console)
+    for name in ("summary.md", "learning_curves.png", "q_vs_return.png", "results.json", "doctor/summary.md",
+                 "doctor/returns.png", "runs/bc/metrics.jsonl", "runs/iql/config.json"):
+        assert (out / name).exists(), name
+    saved = json.loads((out / "results.json").read_text())
+    assert set(saved["algorithms"]) == {"bc", "iql"} and saved["algorithms"]["iql"]["steps"] == 40
+    assert saved["verdict"] == result["verdict"] and "BC" in saved["verdict"]
+    assert saved["algorithms"]["iql"]["q_estimate"] is not None and saved["algorithms"]["bc"]["q_estimate"] is None
+    summary = (out / "summary.md").read_text()
+    assert "| BC | 40 | 1 |" in summary and result["verdict"] in summary
+    assert saved["behaviour"]["score"] is not None
+
+
+def test_quickstart_cli_rejects_unknown_algorithm(tmp_path, capsys):
+    from offrl.cli import main
+
+    assert main(["quickstart", "--algos", "bc,nope", "--out", str(tmp_path / "q")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("offrl: error:") and "nope" in err and len(err.strip().splitlines()) == 1
