@@ -85,7 +85,7 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
 def value_loss(params, agent: Agent, batch: Batch, target_q):
     v = agent.value.apply_fn(params, batch.observations)
     loss = losses.expectile_loss(target_q, v, agent.config.expectile)
-    return loss, {"v": v.mean()}
+    return loss, {"v": v}
 
 
 def critic_loss(params, agent: Agent, batch: Batch, next_v):
@@ -105,9 +105,9 @@ def actor_loss(params, agent: Agent, batch: Batch, advantages):
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     target_q = agent.critic.apply_fn(agent.target_critic_params, batch.observations, batch.actions).min(0)
-    v_both = agent.value.apply_fn(agent.value.params, jnp.concatenate([batch.observations, batch.next_observations]))
-    v, next_v = jnp.split(v_both, 2)
+    next_v = agent.value.apply_fn(agent.value.params, batch.next_observations)
     value, v_loss, v_aux = apply_gradients_with_loss(agent.value, value_loss, agent, batch, target_q)
+    v = jax.lax.stop_gradient(v_aux["v"])
     actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, target_q - v)
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, next_v)
     agent = agent.replace(
@@ -116,7 +116,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
         step=agent.step + 1,
     )
     metrics = {"value_loss": v_loss, "critic_loss": c_loss, "actor_loss": a_loss,
-               "v": v_aux["v"], "q": c_aux["q"], "adv": (target_q - v).mean(), "log_prob": a_aux["log_prob"]}
+               "v": v.mean(), "q": c_aux["q"], "adv": (target_q - v).mean(), "log_prob": a_aux["log_prob"]}
     return agent, metrics
 
 
