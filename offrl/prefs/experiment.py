@@ -104,7 +104,9 @@ def evaluate_policy(policy, reference, tokenizer, prompts: Sequence[str], num_sa
     pi_ref(y|x)`` over the same samples (a Monte-Carlo estimate of the sequence KL), kl_se its
     standard error.
     """
-    samples = sample_completions(policy, tokenizer, prompts, num_samples, max_new_tokens, 1.0, seed=seed)
+    conversational = bool(prompts) and isinstance(prompts[0], list)
+    samples = sample_completions(policy, tokenizer, prompts, num_samples, max_new_tokens, 1.0, seed=seed,
+                                 conversational=conversational)
     flat_prompts = [p for p in prompts for _ in range(num_samples)]
     scores = [score(p, c) for p, c in zip(flat_prompts, samples.texts)]
     diffs = []
@@ -114,7 +116,7 @@ def evaluate_policy(policy, reference, tokenizer, prompts: Sequence[str], num_sa
         batch = part.batch(tokenizer.pad_token_id, next(policy.parameters()).device)
         diffs.append(sequence_logps(policy, batch) - sequence_logps(reference, batch))
     diff = torch.cat(diffs).double()
-    greedy = sample_completions(policy, tokenizer, prompts, 1, max_new_tokens, 0.0)
+    greedy = sample_completions(policy, tokenizer, prompts, 1, max_new_tokens, 0.0, conversational=conversational)
     return {
         "reward": statistics.fmean(scores),
         "exact": statistics.fmean(float(s == 1.0) for s in scores),

@@ -66,7 +66,9 @@ def target(prompt: str) -> str:
     return str(sum(int(d) for d in digits))
 
 
-def parse_prompt(prompt: str) -> tuple[str, str]:
+def parse_prompt(prompt) -> tuple[str, str]:
+    if isinstance(prompt, list):  # conversational: the last user message holds the task
+        prompt = [m["content"] for m in prompt if m.get("role") == "user"][-1]
     try:
         task, rest = prompt.split(":", 1)
         digits = rest.rstrip("=")
@@ -188,16 +190,19 @@ def make_task(out: str, cfg: TaskConfig = TaskConfig()) -> dict[str, str]:
 
 def read_prompts(path: str) -> list[str]:
     """Prompts from a JSONL file of ``{"prompt": ...}`` rows (or any preference file's prompts, deduplicated)."""
-    from offrl.prefs.data import read_rows
+    import json
+
     from offrl.errors import DatasetError
+    from offrl.prefs.data import read_rows
 
     rows, name = read_rows(path)
     prompts, seen = [], set()
     for i, r in enumerate(rows):
         if "prompt" not in r:
             raise DatasetError(f"{name} row {i} has no 'prompt' field; each row needs one.")
-        if r["prompt"] not in seen:
-            seen.add(r["prompt"])
+        key = r["prompt"] if isinstance(r["prompt"], str) else json.dumps(r["prompt"], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
             prompts.append(r["prompt"])
     return prompts
 

@@ -244,8 +244,9 @@ def train_reward_model(model: str, data, out: str, config: RewardModelConfig = R
 
 @torch.no_grad()
 def reward_model_metrics(model, tokenized: TokenizedPreferences, pad: int, device="cpu", batch_size: int = 128) -> dict[str, float]:
-    """Held-out preference accuracy, mean reward margin, ensemble disagreement (mean std across
-    heads) and the Pearson correlation of reward with completion length: a strong positive
+    """Held-out preference accuracy, mean reward margin, ensemble disagreement (``uncertainty``: the
+    std across heads of the margin ``r(x, y_w) - r(x, y_l)``, averaged over pairs; margins, unlike raw
+    rewards, do not depend on each head's arbitrary offset) and the Pearson correlation of reward with completion length: a strong positive
     correlation warns that the model may be rewarding length rather than quality."""
     rewards_c, rewards_r, lengths_c, lengths_r = [], [], [], []
     for start in range(0, len(tokenized), batch_size):
@@ -263,7 +264,7 @@ def reward_model_metrics(model, tokenized: TokenizedPreferences, pad: int, devic
     return {
         "accuracy": float((mean_c > mean_r).float().mean()),
         "margin": float((mean_c - mean_r).mean()),
-        "uncertainty": float(torch.cat([r_c, r_r]).std(-1).mean()) if r_c.shape[-1] > 1 else 0.0,
+        "uncertainty": float((r_c - r_r).std(-1).mean()) if r_c.shape[-1] > 1 else 0.0,
         "length_correlation": _pearson(rewards, lengths),
     }
 
@@ -276,7 +277,9 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @torch.no_grad()
 def score_with_reward_model(path: str, prompts: list[str], completions: list[str], batch_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean reward, ensemble std) for each (prompt, completion) under the reward model at ``path``."""
+    """(mean reward, ensemble std) for each (prompt, completion) under the reward model at ``path``.
+    Rewards are only defined up to a per-head constant (Bradley-Terry is shift-invariant), so compare
+    them between completions of one prompt, not across heads."""
     model, tokenizer = load_reward_model(path)
     model.eval()
     means, stds = [], []

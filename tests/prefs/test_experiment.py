@@ -1,0 +1,65 @@
+"""The end-to-end experiment (SFT -> sample -> judge-labelled pairs -> DPO/IPO/KTO -> reward & KL)."""
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+
+from offrl.prefs.experiment import FrontierConfig, frontier_table, label_pairs, run_frontier  # noqa: E402
+from offrl.prefs.loop import TrainConfig  # noqa: E402
+from offrl.prefs.task import TaskConfig, corrupt, judge, target  # noqa: E402
+from offrl.prefs.train import PreferenceConfig, SFTConfig  # noqa: E402
+
+
+def test_judge_and_task_targets():
+    assert target("sort:3141=") == "1134" and target("reverse:3141=") == "1413" and target("sum:3141=") == "9"
+    assert judge("sort:3141=", "1134") == 1.0
+    assert judge("sort:3141=", "1144") == pytest.approx(3 / 4)
+    assert judge("sort:3141=", "11345") == pytest.approx(4 / 5)
+    assert judge("sort:3141=", "") == 0.0
+    import random
+
+    rng = random.Random(0)
+    assert all(corrupt("1134", rng) != "1134" for _ in range(50))
+
+
+def test_label_pairs_best_vs_worst_and_ties():
+    rows, stats = label_pairs(["sort:21=", "sort:33="], [["12", "21", "1"], ["33", "33"]], judge)
+    assert stats["pairs"] == 1 and stats["tied_prompts"] == 1
+    assert rows[0]["chosen"] == "12" and rows[0]["rejected"] in ("21", "1") and rows[0]["score_chosen"] == 1.0
+
+
+def test_tiny_frontier_pipeline_runs_end_to_end(tmp_path):
+    cfg = FrontierConfig(
+        task=TaskConfig(train_prompts=300, eval_prompts=20, hidden_size=32, intermediate_size=64, heads=2),
+        methods=("dpo", "kto"),
+        betas={"dpo": (0.3,), "kto": (0.3,)},
+        sft=SFTConfig(steps=30, batch_size=32, lr=5e-3, warmup_steps=5, log_every=15, max_length=24),
+        preference=PreferenceConfig(steps=10, batch_size=16, lr=1e-3, warmup_steps=2, log_every=5, max_length=24,
+                                    kl_prompts=0, eval_fraction=0.1),
+        label_prompts=200, samples_per_prompt=4, eval_samples=2, max_new_tokens=8,
+    )
+    result = run_frontier(str(tmp_path), cfg, progress=False, log=lambda s: None)
+    methods = [(r["method"], r["beta"]) for r in result["rows"]]
+    assert methods == [("sft", None), ("dpo", 0.3), ("kto", 0.3)]
+    sft = result["rows"][0]
+    assert sft["kl"] == pytest.approx(0.0, abs=1e-6)  # the reference against itself
+    assert all(0.0 <= r["reward"] <= 1.0 for r in result["rows"])
+    assert result["label_stats"]["pairs"] > 50
+    assert os.path.getsize(tmp_path / "frontier.png") > 10_000
+    assert json.load(open(tmp_path / "results.json"))["rows"][1]["method"] == "dpo"
+    assert frontier_table(result).row_count == 3
+    # rerunning reuses every finished stage
+    again = run_frontier(str(tmp_path), cfg, progress=False, log=lambda s: None)
+    assert [r["reward"] for r in again["rows"][1:]] == [r["reward"] for r in result["rows"][1:]]
+
+
+@pytest.mark.slow
+def test_full_frontier_dpo_beats_sft(tmp_path):
+    """The default experiment (~15 min on 2 shared cores): some beta of each method beats SFT's reward."""
+    result = run_frontier(str(tmp_path), FrontierConfig(), progress=False, log=lambda s: None)
+    sft = result["rows"][0]["reward"]
+    for method in ("dpo", "ipo", "kto"):
+        assert max(r["reward"] for r in result["rows"] if r["method"] == method) > sft + 0.02, method
