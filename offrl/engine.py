@@ -530,6 +530,8 @@ def train(
             raise ConfigError(f"run folder {folder} already holds a run; pass --resume to continue it or choose another --out.")
         (folder / "config.json").write_text(json.dumps(_run_record(algo, config, settings, info), indent=2))
 
+    log = MetricsLog(folder, rows=[], tensorboard=tensorboard, wandb=wandb,
+                     run_config=_run_record(algo, config, settings, info))
     agents, data_keys = create_agents(module, config, info.obs_dim, info.action_dim, seed, seeds)
     rows: list[dict] = []
     if resume:
@@ -548,8 +550,6 @@ def train(
     elif folder is not None:
         (folder / "metrics.jsonl").write_text("")
 
-    log = MetricsLog(folder, rows=[], tensorboard=tensorboard, wandb=wandb,
-                     run_config=_run_record(algo, config, settings, info))
     log.rows = rows
     evaluator = None
     if env_id and eval_episodes > 0:

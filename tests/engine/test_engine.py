@@ -84,7 +84,8 @@ def test_unknown_config_field_lists_the_valid_ones(pendulum_small):
 
 def test_evaluation_logs_scores_and_the_extrapolation_monitor(tmp_path, pendulum_small):
     run = engine.train("iql", pendulum_small, steps=20, seeds=2, log_every=10, eval_every=10, eval_episodes=2,
-                       out=tmp_path / "run", progress=False, config_overrides=TINY)
+                       out=tmp_path / "run", progress=False, config_overrides=TINY, tensorboard=True)
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
     evals = run.evaluations()
     assert [r["step"] for r in evals] == [10, 10, 20, 20]
     for row in evals:
@@ -106,3 +107,11 @@ def test_evaluation_logs_scores_and_the_extrapolation_monitor(tmp_path, pendulum
     # offrl.engine.evaluate reloads the run and reports mean ± std over seeds
     result = engine.evaluate(folder, episodes=1)
     assert len(result["per_seed"]) == 2 and np.isfinite(result["normalized_score"][0])
+
+
+def test_missing_wandb_is_a_clear_error(tmp_path, pendulum_small, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # behaves as if not installed
+    with pytest.raises(ConfigError, match="--wandb needs the wandb package"):
+        engine.train("bc", pendulum_small, steps=10, out=tmp_path / "run", wandb=True, progress=False)
