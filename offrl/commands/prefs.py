@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     _model_data_args(p)
     p.add_argument("--out", required=True, help="pairs JSONL to write")
     p.add_argument("--judge", default="digits", help="'digits' (the programmatic judge of make-task)")
-    p.add_argument("--reward-model", help="label with this reward-model folder instead of the judge")
+    p.add_argument("--reward-model", help="label with this reward-model folder (or ensemble run folder) instead of the judge")
     p.add_argument("--samples", type=int, default=4, help="completions sampled per prompt")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--temperature", type=float, default=1.0)
@@ -117,6 +117,7 @@ def _training_args(p, name: str) -> None:
     p.add_argument("--no-progress", action="store_true")
     if name == "rm":
         p.add_argument("--heads", type=int, default=1, help="ensemble size K (bootstrapped heads)")
+        p.add_argument("--models", type=int, default=1, help="ensemble of M independently trained models")
     if name in ("dpo", "ipo", "kto"):
         p.add_argument("--beta", type=float, default=0.1)
         p.add_argument("--reference", help="reference model folder (default: --model)")
@@ -181,7 +182,7 @@ def _train(args) -> int:
     if args.trainer == "sft":
         result = T.train_sft(args.model, args.data, args.out, T.SFTConfig(**common), args.resume, progress)
     elif args.trainer == "rm":
-        result = T.train_reward_model(args.model, args.data, args.out, T.RewardModelConfig(heads=args.heads, **common),
+        result = T.train_reward_model(args.model, args.data, args.out, T.RewardModelConfig(heads=args.heads, models=args.models, **common),
                                       args.resume, progress)
     else:
         loss = args.trainer

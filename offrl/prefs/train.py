@@ -55,10 +55,13 @@ class RewardModelConfig(TrainConfig):
 
     heads: ensemble size K; each head sees its own bootstrap weights (Poisson(1) per pair) so
     the heads disagree where data is thin; the std across heads is reported as uncertainty.
+    models: ensemble of M independently trained models (seeds seed..seed+M-1, one held-out split),
+      saved as ``<out>/member_<k>/``; their heads are pooled (M*K rewards per completion).
     """
 
     lr: float = 1e-4
     heads: int = 1
+    models: int = 1
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class TrainResult:
 # --------------------------------------------------------------------------- shared set-up
 
 
-def _prepare_data(data, tokenizer, config: TrainConfig, kind: str | None = None):
+def _prepare_data(data, tokenizer, config: TrainConfig, kind: str | None = None, split_seed: int | None = None):
     dataset = load_preferences(data, bad_rows=config.bad_rows)
     if kind == "completions":
         dataset = dataset.to_completions()
@@ -109,7 +112,8 @@ def _prepare_data(data, tokenizer, config: TrainConfig, kind: str | None = None)
         dataset = dataset.to_unpaired()
     elif kind == "paired" and dataset.kind != "paired":
         raise DatasetError(f"{dataset.source} holds {dataset.kind} rows; this trainer needs prompt/chosen/rejected pairs.")
-    train, held_out = dataset.split(config.eval_fraction, seed=config.seed) if config.eval_fraction > 0 else (dataset, None)
+    seed = config.seed if split_seed is None else split_seed
+    train, held_out = dataset.split(config.eval_fraction, seed=seed) if config.eval_fraction > 0 else (dataset, None)
     kw = dict(max_length=config.max_length, max_prompt_length=config.max_prompt_length, bad_rows=config.bad_rows)
     train_tok = tokenize_preferences(train, tokenizer, **kw)
     eval_tok = tokenize_preferences(held_out, tokenizer, **kw) if held_out is not None and len(held_out) else None
@@ -209,10 +213,14 @@ def _rewards(model, batch) -> torch.Tensor:
 
 
 def train_reward_model(model: str, data, out: str, config: RewardModelConfig = RewardModelConfig(),
-                       resume: bool = False, progress: bool = True) -> TrainResult:
-    """Bradley-Terry reward model ``-log sigma(r(x, y_w) - r(x, y_l))`` on K bootstrapped heads."""
+                       resume: bool = False, progress: bool = True, _split_seed: int | None = None) -> TrainResult:
+    """Bradley-Terry reward model ``-log sigma(r(x, y_w) - r(x, y_l))`` on K bootstrapped heads
+    (and, with ``config.models = M > 1``, M independently trained members)."""
+    if config.models > 1:
+        return _train_reward_ensemble(model, data, out, config, resume, progress)
+    torch.manual_seed(config.seed)  # the fresh scoring head's initialisation
     rm, tokenizer = load_reward_model(_resume_weights(model, out, resume), heads=config.heads)
-    _, train_tok, eval_tok, report = _prepare_data(data, tokenizer, config, kind="paired")
+    _, train_tok, eval_tok, report = _prepare_data(data, tokenizer, config, kind="paired", split_seed=_split_seed)
     accelerator = make_accelerator(config.mixed_precision)
     pad = tokenizer.pad_token_id
     g = torch.Generator().manual_seed(config.seed)
@@ -242,6 +250,30 @@ def train_reward_model(model: str, data, out: str, config: RewardModelConfig = R
     return TrainResult(out, history, summary)
 
 
+def _train_reward_ensemble(model: str, data, out: str, config: RewardModelConfig, resume: bool,
+                           progress: bool) -> TrainResult:
+    from dataclasses import replace
+
+    members, histories = [], []
+    for k in range(config.models):
+        member_cfg = replace(config, models=1, seed=config.seed + k)
+        result = train_reward_model(model, data, os.path.join(out, f"member_{k}"), member_cfg, resume, progress,
+                                    _split_seed=config.seed)
+        members.append(f"member_{k}/model")
+        histories.append(result.metrics)
+    write_json(os.path.join(out, "ensemble.json"), {"members": members})
+    loaded = [load_reward_model(os.path.join(out, m))[0].eval() for m in members]
+    tokenizer = load_tokenizer(os.path.join(out, members[0]))
+    cfg = replace(config, models=1)
+    dataset, _, eval_tok, report = _prepare_data(data, tokenizer, cfg, kind="paired")
+    summary = dict(report)
+    if eval_tok is not None:
+        summary.update({f"eval/{k}": v for k, v in reward_model_metrics(loaded, eval_tok, tokenizer.pad_token_id).items()})
+    summary["members"] = config.models
+    write_json(os.path.join(out, "summary.json"), summary)
+    return TrainResult(out, histories[-1], summary)
+
+
 @torch.no_grad()
 def reward_model_metrics(model, tokenized: TokenizedPreferences, pad: int, device="cpu", batch_size: int = 128) -> dict[str, float]:
     """Held-out preference accuracy, mean reward margin, ensemble disagreement (``uncertainty``: the
@@ -252,7 +284,8 @@ def reward_model_metrics(model, tokenized: TokenizedPreferences, pad: int, devic
     for start in range(0, len(tokenized), batch_size):
         idx = list(range(start, min(start + batch_size, len(tokenized))))
         batch = {k: v.to(device) for k, v in collate_pairs(tokenized, idx, pad).items()}
-        r_c, r_r = _rewards(model, batch).chunk(2, dim=0)
+        models = model if isinstance(model, (list, tuple)) else [model]
+        r_c, r_r = torch.cat([_rewards(m, batch) for m in models], dim=-1).chunk(2, dim=0)
         rewards_c.append(r_c.cpu())
         rewards_r.append(r_r.cpu())
         lengths_c += [len(tokenized.completions[0][i]) for i in idx]
@@ -280,15 +313,22 @@ def score_with_reward_model(path: str, prompts: list[str], completions: list[str
     """(mean reward, ensemble std) for each (prompt, completion) under the reward model at ``path``.
     Rewards are only defined up to a per-head constant (Bradley-Terry is shift-invariant), so compare
     them between completions of one prompt, not across heads."""
-    model, tokenizer = load_reward_model(path)
-    model.eval()
+    if os.path.exists(os.path.join(path, "model", "config.json")):  # a single-model run folder
+        path = os.path.join(path, "model")
+    if os.path.exists(os.path.join(path, "ensemble.json")):
+        members = json.load(open(os.path.join(path, "ensemble.json")))["members"]
+        models = [load_reward_model(os.path.join(path, m))[0].eval() for m in members]
+        tokenizer = load_tokenizer(os.path.join(path, members[0]))
+    else:
+        model, tokenizer = load_reward_model(path)
+        models = [model.eval()]
     means, stds = [], []
     eos = tokenizer.eos_token or ""
     for start in range(0, len(prompts), batch_size):
         p_ids = [tokenizer(p)["input_ids"] for p in prompts[start:start + batch_size]]
         full = [tokenizer(p + c + eos)["input_ids"] for p, c in zip(prompts[start:start + batch_size], completions[start:start + batch_size])]
         batch = collate_sequences(p_ids, [f[len(p):] for p, f in zip(p_ids, full)], tokenizer.pad_token_id)
-        r = _rewards(model, batch)
+        r = torch.cat([_rewards(m, batch) for m in models], dim=-1)
         means.append(r.mean(-1))
         stds.append(r.std(-1) if r.shape[-1] > 1 else torch.zeros(r.shape[0]))
     return torch.cat(means), torch.cat(stds)

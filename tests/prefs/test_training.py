@@ -47,7 +47,7 @@ def test_ipo_and_kto_learn_heldout_preferences(tiny_task, tiny_sft, tmp_path):
 
 
 def test_reward_model_ensemble_beats_chance(tiny_task, tiny_sft, tmp_path):
-    cfg = RewardModelConfig(heads=3, steps=80, batch_size=16, lr=2e-3, warmup_steps=5, log_every=40, max_length=24,
+    cfg = RewardModelConfig(heads=3, steps=120, batch_size=16, lr=5e-3, warmup_steps=5, log_every=40, max_length=24,
                             eval_fraction=0.3)
     result = train_reward_model(tiny_sft, tiny_task["pairs"], str(tmp_path / "rm"), cfg, progress=False)
     last = result.metrics[-1]
@@ -55,6 +55,18 @@ def test_reward_model_ensemble_beats_chance(tiny_task, tiny_sft, tmp_path):
     assert last["eval/margin"] > 0
     assert last["eval/uncertainty"] > 0  # the bootstrapped heads disagree
     assert -1.0 <= last["eval/length_correlation"] <= 1.0
+
+
+def test_reward_model_ensemble_of_models(tiny_task, tiny_sft, tmp_path):
+    from offrl.prefs.train import score_with_reward_model
+
+    cfg = RewardModelConfig(models=2, steps=10, batch_size=16, lr=2e-3, warmup_steps=2, log_every=10, max_length=24,
+                            eval_fraction=0.2)
+    result = train_reward_model(tiny_sft, tiny_task["pairs"], str(tmp_path / "rm"), cfg, progress=False)
+    assert json.load(open(tmp_path / "rm" / "ensemble.json"))["members"] == ["member_0/model", "member_1/model"]
+    assert result.summary["eval/uncertainty"] > 0 and result.summary["members"] == 2
+    means, stds = score_with_reward_model(str(tmp_path / "rm"), ["sort:21=", "sort:21="], ["12", "21"])
+    assert means.shape == (2,) and bool((stds > 0).all())
 
 
 def _weights(path):
