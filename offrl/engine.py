@@ -296,7 +296,10 @@ def _policy_fns(module, agents, info: DataInfo):
 
 
 def summarise_evaluation(result: dict[str, np.ndarray]) -> list[dict[str, float]]:
-    """One dict per seed: episode means, plus ``q_ratio = mean Q(s0, pi(s0)) / mean realised return``."""
+    """One dict per seed: episode means, plus ``q_ratio = mean Q(s0, pi(s0)) / mean realised
+    return`` and ``q_overestimation = mean Q(s0, pi(s0)) - mean realised return`` (positive:
+    the critic promises more than the policy delivers, whatever the sign of the rewards; for
+    negative returns a ratio below 1 is an overestimate)."""
     rows = []
     for s in range(result["return"].shape[0]):
         q = float(np.mean(result["q_estimate"][s]))
@@ -309,6 +312,7 @@ def summarise_evaluation(result: dict[str, np.ndarray]) -> list[dict[str, float]
             "eval/q_estimate": q,
             "eval/discounted_return": g,
             "eval/q_ratio": q / g if g != 0 and math.isfinite(q) else float("nan"),
+            "eval/q_overestimation": q - g,
         })
     return rows
 
