@@ -2,7 +2,8 @@
 
 ``plot_runs([run_a, run_b], "plots/")`` writes ``learning_curves.png`` (evaluation score,
 mean ± std over seeds, one line per run) and ``q_vs_return.png`` (the critic's estimate
-``Q(s0, pi(s0))`` beside the discounted return actually realised from ``s0``, per run).
+``Q(s0, pi(s0))`` beside the discounted return actually realised from ``s0``, per run, and
+their difference).
 Naive offline Q-learning shows the estimate climbing away from a flat realised return; CQL's
 estimate stays below it.
 """
@@ -80,7 +81,7 @@ def plot_runs(runs, out: str | Path) -> list[Path]:
         if len(steps_q):
             color = _band(ax_q, steps_q, q_mean, q_std, f"{_label(run)}: Q(s0, pi(s0))")
         color = _band(ax_q, steps_g, g_mean, g_std, f"{_label(run)}: realised return", color=color, style="--")
-        steps_r, r_mean, r_std = _by_step(run.metrics, "eval/q_ratio")
+        steps_r, r_mean, r_std = _by_step(run.metrics, "eval/q_overestimation")
         if len(steps_r):
             _band(ax_r, steps_r, r_mean, r_std, _label(run), color=color)
     ax_q.set_xlabel("gradient steps")
@@ -88,10 +89,10 @@ def plot_runs(runs, out: str | Path) -> list[Path]:
     ax_q.set_title("Critic estimate (solid) vs realised return (dashed)")
     ax_q.grid(alpha=0.3)
     ax_q.legend(fontsize=7)
-    ax_r.axhline(1.0, color="black", lw=0.8)
+    ax_r.axhline(0.0, color="black", lw=0.8)
     ax_r.set_xlabel("gradient steps")
-    ax_r.set_ylabel("Q estimate / realised return")
-    ax_r.set_title("Extrapolation ratio")
+    ax_r.set_ylabel("Q estimate - realised return")
+    ax_r.set_title("Overestimation (> 0: the critic promises more than the policy gets)")
     ax_r.grid(alpha=0.3)
     if ax_r.lines:
         ax_r.legend(fontsize=7)
