@@ -54,6 +54,7 @@ class Agent(flax.struct.PyTreeNode):
     critic: TrainState
     target_actor_params: dict
     target_critic_params: dict
+    last_actor_metrics: dict        # actor_loss / bc_mse of the latest actor step (reported in between)
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
@@ -71,6 +72,7 @@ def create(config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
         critic=make_train_state(critic_net, critic_params, config.critic_lr),
         target_actor_params=actor_params,
         target_critic_params=critic_params,
+        last_actor_metrics={"actor_loss": jnp.zeros(()), "bc_mse": jnp.zeros(())},
         rng=rng,
         step=jnp.zeros((), jnp.int32),
         config=config,
@@ -83,9 +85,15 @@ def critic_loss(params, agent: Agent, batch: Batch, target):
     return losses.td_loss(q, target), {"q": q.mean()}
 
 
+def first_critic(agent: Agent, observations, actions):
+    """``Q_1(s, a)`` alone (the actor's objective), without evaluating the other critics."""
+    params = jax.tree_util.tree_map(lambda x: x[:1], agent.critic.params)
+    return EnsembleCritic(agent.config.hidden_dims, num_qs=1).apply(params, observations, actions)[0]
+
+
 def actor_loss(params, agent: Agent, batch: Batch):
     policy_actions = agent.actor.apply_fn(params, batch.observations)
-    q = agent.critic.apply_fn(agent.critic.params, batch.observations, policy_actions)[0]
+    q = first_critic(agent, batch.observations, policy_actions)
     if agent.config.alpha is None:
         return -jnp.mean(q), {"bc_mse": losses.bc_mse(policy_actions, batch.actions)}
     loss = losses.td3_bc_actor_loss(q, policy_actions, batch.actions, agent.config.alpha)
@@ -100,12 +108,12 @@ def _update_actor_and_targets(agent: Agent, batch: Batch):
         actor=actor,
         target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, tau),
         target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, tau),
-    ), loss, aux["bc_mse"]
+        last_actor_metrics={"actor_loss": loss, "bc_mse": aux["bc_mse"]},
+    )
 
 
-def _report_actor_loss(agent: Agent, batch: Batch):
-    loss, aux = actor_loss(agent.actor.params, agent, batch)
-    return agent, loss, aux["bc_mse"]
+def _skip_actor(agent: Agent, batch: Batch):
+    return agent
 
 
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
@@ -118,9 +126,8 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     target = batch.rewards + cfg.discount * batch.masks * next_q
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(critic=critic, rng=rng)
-    agent, a_loss, bc_mse = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets,
-                                         _report_actor_loss, agent, batch)
-    return agent.replace(step=agent.step + 1), {"critic_loss": c_loss, "actor_loss": a_loss, "q": c_aux["q"], "bc_mse": bc_mse}
+    agent = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets, _skip_actor, agent, batch)
+    return agent.replace(step=agent.step + 1), {"critic_loss": c_loss, "q": c_aux["q"], **agent.last_actor_metrics}
 
 
 def act(agent: Agent, observations: jax.Array) -> jax.Array:
