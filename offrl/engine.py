@@ -137,6 +137,7 @@ def _load_dataset(dataset):
 
 
 def _describe_dataset(dataset, source) -> str:
+    """The name or path the user gave, or the Dataset's own ``source``."""
     return str(source) if not hasattr(source, "observations") else getattr(dataset, "source", "<arrays>")
 
 
@@ -435,6 +436,14 @@ class Run:
         last = {row["seed"]: row["eval/return"] for row in self.evaluations()}
         return [last[s] for s in sorted(last)]
 
+    def summary(self) -> dict[str, float]:
+        """Mean and std over seeds of the last evaluation's score and return."""
+        scores, returns = np.array(self.final_scores, float), np.array(self.final_returns, float)
+        if not len(scores):
+            return {}
+        return {"score_mean": float(scores.mean()), "score_std": float(scores.std()),
+                "return_mean": float(returns.mean()), "return_std": float(returns.std()), "seeds": len(scores)}
+
     def act(self, observations, seed: int = 0) -> np.ndarray:
         """Deterministic env-space actions for raw observations ``(B, obs_dim)`` (seed ``seed``)."""
         import jax
@@ -445,10 +454,6 @@ class Run:
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, algo={self.algo!r}, step={self.step}, seeds={self.settings.get('seeds')})"
-
-
-def _settings_dict(**kwargs) -> dict:
-    return {k: v for k, v in kwargs.items()}
 
 
 def _run_record(algo, config, settings, info) -> dict:
@@ -518,7 +523,7 @@ def train(
     ds = _load_dataset(dataset)
     env_id = env or (previous["settings"].get("env") if previous else None) or ds.metadata.get("env_id")
     data, info = prepare_data(ds, config, env_id)
-    settings = _settings_dict(dataset=_describe_dataset(ds, dataset), env=env_id, steps=int(steps), seeds=int(seeds),
+    settings = dict(dataset=_describe_dataset(ds, dataset), env=env_id, steps=int(steps), seeds=int(seeds),
                               seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
                               log_every=int(log_every), transitions=len(ds),
                               references=_references(env_id, ds.metadata))

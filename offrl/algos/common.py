@@ -73,7 +73,7 @@ def _convert(value: Any, annotation: Any, name: str):
     if not isinstance(value, str):
         return value
     text = value.strip()
-    tp = annotation if not isinstance(annotation, str) else annotation
+    tp = annotation
     tp_text = str(tp)
     try:
         if tp in (bool, "bool"):
@@ -127,7 +127,7 @@ def config_to_dict(config) -> dict:
 
 
 def config_from_dict(config_cls, data: Mapping[str, Any]):
-    hints = typing.get_type_hints(config_cls)
+    """Rebuild a config from :func:`config_to_dict`'s JSON form (lists back to tuples)."""
     kwargs = {}
     for f in dataclasses.fields(config_cls):
         if f.name in data:
@@ -135,7 +135,6 @@ def config_from_dict(config_cls, data: Mapping[str, Any]):
             if isinstance(v, list):
                 v = tuple(v)
             kwargs[f.name] = v
-    del hints
     return config_cls(**kwargs)
 
 
