@@ -102,6 +102,9 @@ def reference_pass_seconds(args, model_dir: str, pairs: str) -> float:
 
 
 class _StepTimer:
+    """Times TRL steps end-to-end: the interval between consecutive ``on_step_end`` calls, so data
+    loading, collation and logging count as they do in offrl's numbers."""
+
     def __init__(self, warmup: int):
         self.warmup, self.times, self._t = warmup, [], None
 
@@ -111,12 +114,11 @@ class _StepTimer:
         timer = self
 
         class CB(TrainerCallback):
-            def on_step_begin(self, a, state, control, **kw):
-                timer._t = time.perf_counter()
-
             def on_step_end(self, a, state, control, **kw):
-                if state.global_step > timer.warmup:
-                    timer.times.append(time.perf_counter() - timer._t)
+                now = time.perf_counter()
+                if state.global_step > timer.warmup and timer._t is not None:
+                    timer.times.append(now - timer._t)
+                timer._t = now
 
         return CB()
 
