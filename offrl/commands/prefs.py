@@ -14,7 +14,6 @@ torch and transformers are imported inside the command functions only.
 from __future__ import annotations
 
 import argparse
-import os
 
 
 def register(subparsers) -> None:
@@ -254,7 +253,7 @@ def _eval(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from offrl.prefs.data import detect_kind, read_rows
+    from offrl.prefs.data import read_rows
     from offrl.prefs.modeling import load_causal_lm, load_tokenizer
 
     _threads(args.threads)

@@ -28,7 +28,7 @@ import torch
 
 from offrl.errors import ConfigError, DatasetError
 from offrl.prefs import losses as L
-from offrl.prefs.data import PreferenceDataset, TokenizedPreferences, load_preferences, tokenize_preferences
+from offrl.prefs.data import TokenizedPreferences, load_preferences, tokenize_preferences
 from offrl.prefs.loop import TrainConfig, make_accelerator, run_loop, write_json
 from offrl.prefs.modeling import (
     collate_pairs,
