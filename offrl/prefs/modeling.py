@@ -146,8 +146,12 @@ def sequence_logps(model, batch: dict[str, Tensor], average: bool = False) -> Te
 
 @torch.no_grad()
 def reference_logps(model, tokenized, pad_token_id: int, batch_size: int = 64, average: bool = False,
-                    device: torch.device | str = "cpu", progress=None) -> Tensor:
-    """Reference log-probs for every example and completion slot: ``(N, slots)``, computed once."""
+                    device: torch.device | str = "cpu", progress=None, autocast=None) -> Tensor:
+    """Reference log-probs for every example and completion slot: ``(N, slots)``, computed once
+    (under ``autocast()`` when given, so that they match the policy's precision at step 0)."""
+    import contextlib
+
+    autocast = autocast or contextlib.nullcontext
     model.eval()
     n = len(tokenized)
     slots = len(tokenized.completions)
@@ -158,7 +162,8 @@ def reference_logps(model, tokenized, pad_token_id: int, batch_size: int = 64, a
         prompts = [tokenized.prompt_ids[i] for i in idx] * slots
         comps = [c for s in range(slots) for c in (tokenized.completions[s][i] for i in idx)]
         batch = {k: v.to(device) for k, v in collate_sequences(prompts, comps, pad_token_id).items()}
-        logps = sequence_logps(model, batch, average=average).float().cpu().view(slots, len(idx)).T
+        with autocast():
+            logps = sequence_logps(model, batch, average=average).float().cpu().view(slots, len(idx)).T
         out[torch.tensor(idx)] = logps
         if progress is not None:
             progress(len(idx))

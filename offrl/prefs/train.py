@@ -349,7 +349,7 @@ def _data_fingerprint(tokenized: TokenizedPreferences, reference: str, average: 
 
 
 def cached_reference_logps(reference, tokenized: TokenizedPreferences, pad: int, cache: str, average: bool,
-                           device="cpu", reference_path: str = "") -> torch.Tensor:
+                           device="cpu", reference_path: str = "", autocast=None) -> torch.Tensor:
     """Reference log-probs ``(N, slots)`` computed once and stored in ``cache`` (safetensors),
     keyed by a fingerprint of the tokens and the reference folder; recomputed if either changes."""
     from safetensors import safe_open
@@ -361,7 +361,7 @@ def cached_reference_logps(reference, tokenized: TokenizedPreferences, pad: int,
             if (fh.metadata() or {}).get("fingerprint") == key:
                 return fh.get_tensor("logps")
     model = load_causal_lm(reference).to(device) if isinstance(reference, str) else reference
-    logps = reference_logps(model, tokenized, pad, average=average, device=device)
+    logps = reference_logps(model, tokenized, pad, average=average, device=device, autocast=autocast)
     os.makedirs(os.path.dirname(os.path.abspath(cache)), exist_ok=True)
     save_file({"logps": logps.contiguous()}, cache, metadata={"fingerprint": key})
     return logps
@@ -411,9 +411,10 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
 
     cache = reference_cache or os.path.join(out, "reference_logps.safetensors")
     reference = load_causal_lm(reference_path).to(device) if config.kl_prompts > 0 else reference_path
-    ref_train = cached_reference_logps(reference, train_tok, pad, cache, average, device, reference_path)
+    ref_train = cached_reference_logps(reference, train_tok, pad, cache, average, device, reference_path,
+                                       accelerator.autocast)
     ref_eval = (cached_reference_logps(reference, eval_tok, pad, cache.replace(".safetensors", "_eval.safetensors"),
-                                       average, device, reference_path) if eval_tok else None)
+                                       average, device, reference_path, accelerator.autocast) if eval_tok else None)
     if config.kl_prompts <= 0:
         reference = None  # the cached log-probs are all training needs
     else:
