@@ -36,12 +36,18 @@ IQL_OVERRIDES = {"hidden_dims": "64,64"}
 
 @pytest.mark.slow
 def test_cql_stays_below_the_realised_return_while_offline_td3_overestimates(pendulum_medium):
-    """The extrapolation monitor: Q(s0, pi(s0)) against the discounted return realised from s0."""
-    kwargs = dict(steps=10_000, eval_every=2500, log_every=500, eval_episodes=5, progress=False)
-    td3 = engine.train("td3", pendulum_medium, config_overrides={"hidden_dims": "64,64"}, **kwargs)
-    cql = engine.train("cql", pendulum_medium, config_overrides={"hidden_dims": "64,64", "bc_warmup_steps": "2000"}, **kwargs)
+    """The extrapolation monitor: Q(s0, pi(s0)) against the discounted return realised from s0.
+
+    A short discount (0.9) lets both critics converge within 5,000 steps on 2 CPU cores.
+    Measured once (08:40 UTC, shared CPU): TD3 Q -19.0 vs realised -36.3 (overestimates by
+    17.4); CQL Q -45.3 vs realised -41.0 (4.4 below).
+    """
+    kwargs = dict(steps=5000, eval_every=1000, log_every=500, eval_episodes=5, progress=False)
+    td3 = engine.train("td3", pendulum_medium, config_overrides={"hidden_dims": "64,64", "discount": "0.9"}, **kwargs)
+    cql = engine.train("cql", pendulum_medium, config_overrides={"hidden_dims": "64,64", "discount": "0.9",
+                                                                   "bc_warmup_steps": "1000"}, **kwargs)
     td3_last, cql_last = td3.evaluations()[-1], cql.evaluations()[-1]
     print("td3", {k: round(v, 1) for k, v in td3_last.items() if k.startswith("eval/")})
     print("cql", {k: round(v, 1) for k, v in cql_last.items() if k.startswith("eval/")})
-    assert td3_last["eval/q_estimate"] > td3_last["eval/discounted_return"]
-    assert cql_last["eval/q_estimate"] < cql_last["eval/discounted_return"]
+    assert td3_last["eval/q_overestimation"] > 0
+    assert cql_last["eval/q_overestimation"] < 0
