@@ -139,7 +139,7 @@ def _verdict(rows: dict, behaviour_score: float | None) -> str:
     return text
 
 
-def run_quickstart(dataset: str = DEFAULT_DATASET, out="offrl-quickstart", algos: Sequence[str] = ("bc", "iql", "cql"),
+def run_quickstart(dataset: str = DEFAULT_DATASET, out="offrl-quickstart", algos: Sequence[str] = ("bc", "iql"),
                    steps: dict | int | None = None, seeds: int = 2, eval_episodes: int = 10, evaluations: int = 5,
                    progress: bool = True, console=None) -> dict:
     """Doctor, train ``algos`` on ``dataset``, evaluate, and write ``out/`` (summary.md, plots, results.json)."""

@@ -25,6 +25,7 @@ Normalized-score references: D4RL's published ones for hopper / halfcheetah / wa
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,16 @@ def dataset_name(env_id: str, tier: str) -> str:
     from offrl.envs import env_family
 
     return f"{env_family(env_id)}-{tier}-v0"
+
+
+def free_dataset_name(name: str) -> str:
+    """``name``, or ``<name>-local-v0`` when a dataset bundled with offrl already uses ``name``
+    (the registry never lets the cache shadow a bundled dataset)."""
+    from offrl.data.registry import BUNDLED_DIR
+
+    if (BUNDLED_DIR / f"{name}.hdf5").exists() or (BUNDLED_DIR / name).is_dir():
+        return re.sub(r"-v(\d+)$", r"-local-v\1", name)
+    return name
 
 
 def select_snapshots(index: dict) -> dict:
@@ -129,8 +140,11 @@ def _subsample_episodes(arrays: dict, size: int, seed: int) -> dict:
 
 
 def build_tier_dataset(zoo, tier: str, size: int = 100_000, seed: int = 0, env_id: str | None = None,
-                       num_envs: int = 8, command: str | None = None, progress: bool = False):
-    """Collect the ``tier`` dataset from the zoo folder ``zoo``; returns an :class:`offrl.data.Dataset`."""
+                       num_envs: int = 8, command: str | None = None, progress: bool = False, name: str | None = None):
+    """Collect the ``tier`` dataset from the zoo folder ``zoo``; returns an :class:`offrl.data.Dataset`.
+
+    ``name`` (default ``<env family>-<tier>-v0``) is recorded as ``metadata['name']``.
+    """
     from offrl import __version__
     from offrl.collect.train import write_references
     from offrl.collect.zoo import load_policy, load_zoo_index, read_replay
@@ -190,7 +204,7 @@ def build_tier_dataset(zoo, tier: str, size: int = 100_000, seed: int = 0, env_i
     policy_returns = {p[0]: p[2]["return_mean"] for p in parts}
     policies = [{"part": p[0], "snapshot_step": p[2]["step"], "return_mean": p[2]["return_mean"],
                  "deterministic_return_mean": p[2]["deterministic_return_mean"], "rows": int(len(p[1]["rewards"]))} for p in parts]
-    name = dataset_name(env_id, tier)
+    name = name or dataset_name(env_id, tier)
     metadata = {
         "name": name, "env_id": env_id, "env_version": index.get("env_version"), "tier": tier,
         "algorithm": "SAC (tanh-Gaussian, stochastic actions during collection)",
@@ -203,7 +217,8 @@ def build_tier_dataset(zoo, tier: str, size: int = 100_000, seed: int = 0, env_i
         "ref_min_score": float(ref_min), "ref_max_score": float(ref_max), "ref_source": ref_source,
         "measured_ref_min_score": refs["random"], "measured_ref_max_score": refs["expert"],
         "medium_rule": MEDIUM_RULE, "medium_target_return": chosen["medium_target_return"],
-        "zoo_seed": index.get("seed"), "zoo_command": index.get("command"), "command": command,
+        "zoo_seed": index.get("seed"), "zoo_command": index.get("command"), "zoo_steps_done": index.get("steps_done"),
+        "command": command,
         "action_log_probs": "log pi_b(a|s) of the recorded env-unit action: log N(u; mean, std) - sum log(1 - tanh(u)^2) - sum log((high - low) / 2)",
         "action_distribution": "a = low + (tanh(u) + 1) * (high - low) / 2, u ~ N(action_mean, action_std^2)",
     }

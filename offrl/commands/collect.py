@@ -36,7 +36,7 @@ def register(subparsers) -> None:
     data.add_argument("--size", type=int, default=100_000, help="transitions (medium-expert: half medium, half expert; medium-replay: at most this many)")
     data.add_argument("--zoo", required=True, help="zoo folder made by `offrl collect train-behavior`")
     data.add_argument("--out", default=None, help="HDF5 file to write (default: only register it in the cache)")
-    data.add_argument("--name", default=None, help="registry name (default: <env family>-<tier>-v0)")
+    data.add_argument("--name", default=None, help="dataset name, registered in the cache and stored as metadata/name (default: <env family>-<tier>-v0, or <family>-<tier>-local-v0 when a bundled dataset has that name)")
     data.add_argument("--seed", type=int, default=0)
     data.add_argument("--num-envs", type=int, default=8, help="environments run in lockstep during collection (default 8)")
     data.add_argument("--no-register", action="store_true", help="do not register the dataset in the cache")
@@ -83,11 +83,12 @@ def run_dataset(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from offrl.collect.tiers import build_tier_dataset, save_tier_dataset
+    from offrl.collect.tiers import build_tier_dataset, dataset_name, free_dataset_name, save_tier_dataset
 
+    name = args.name or free_dataset_name(dataset_name(args.env, args.tier))
     ds = build_tier_dataset(args.zoo, args.tier, size=args.size, seed=args.seed, env_id=args.env, num_envs=args.num_envs,
-                            command=command_line(), progress=not args.quiet)
-    where = save_tier_dataset(ds, out=args.out, name=None if args.no_register else (args.name or ds.metadata["name"]))
+                            command=command_line(), progress=not args.quiet, name=name)
+    where = save_tier_dataset(ds, out=args.out, name=None if args.no_register else name)
     meta = ds.metadata
     table = Table(title=f"{meta['name']} ({args.tier})")
     table.add_column("fact")

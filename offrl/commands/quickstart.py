@@ -6,12 +6,12 @@ from __future__ import annotations
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "quickstart", help="run the main job on a bundled dataset: doctor, BC vs offline RL, evaluation, report",
-        description="Inspect a bundled suboptimal dataset, train BC, IQL and CQL on it, evaluate them in the "
+        description="Inspect a bundled suboptimal dataset, train BC and IQL (optionally CQL) on it, evaluate them in the "
                     "environment and write a report folder (summary.md, learning curves, Q-vs-return, doctor plots). "
                     "About 3-5 minutes on 2 CPU cores.")
     parser.add_argument("--dataset", default=None, help="registered name or path (default: pendulum-medium-expert-v0, bundled)")
     parser.add_argument("--out", default="offrl-quickstart", help="report folder (default ./offrl-quickstart)")
-    parser.add_argument("--algos", default="bc,iql,cql", help="comma-separated algorithms (default bc,iql,cql)")
+    parser.add_argument("--algos", default="bc,iql", help="comma-separated algorithms (default bc,iql; add cql for CQL, several minutes more on 2 CPU cores)")
     parser.add_argument("--steps", type=int, default=None, help="updates per algorithm (default: bc 3000, iql 6000, cql 3000)")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per algorithm, trained together with vmap (default 2)")
     parser.add_argument("--eval-episodes", type=int, default=10, help="evaluation episodes per seed (default 10)")

@@ -73,10 +73,15 @@ def test_medium_replay_log_probs_match_snapshot_zero_for_warmup_rows(pendulum_zo
 def test_generated_dataset_loads_by_name_and_round_trips_formats(pendulum_zoo, tmp_path):
     import offrl.data as data
 
-    ds = build_tier_dataset(pendulum_zoo, "medium", size=250, seed=2)
-    where = save_tier_dataset(ds, out=tmp_path / "pendulum-medium.hdf5", name="pendulum-medium-v0")
-    assert "pendulum-medium-v0" in where["registered"]
-    by_name = data.load("pendulum-medium-v0")
+    from offrl.collect.tiers import free_dataset_name
+
+    name = free_dataset_name("pendulum-medium-v0")  # the bundled dataset keeps its name
+    assert name == "pendulum-medium-local-v0" and free_dataset_name("hopper-medium-replay-v0") == "hopper-medium-replay-v0"
+    ds = build_tier_dataset(pendulum_zoo, "medium", size=250, seed=2, name=name)
+    assert ds.metadata["name"] == name
+    where = save_tier_dataset(ds, out=tmp_path / "pendulum-medium.hdf5", name=name)
+    assert name in where["registered"]
+    by_name = data.load(name)
     for loaded in (by_name, data.load(tmp_path / "pendulum-medium.hdf5")):
         for key, arr in ds.arrays().items():
             np.testing.assert_array_equal(loaded.arrays()[key], arr, err_msg=key)
