@@ -91,8 +91,8 @@ def plot_runs(runs, out: str | Path) -> list[Path]:
     ax_q.legend(fontsize=7)
     ax_r.axhline(0.0, color="black", lw=0.8)
     ax_r.set_xlabel("gradient steps")
-    ax_r.set_ylabel("Q estimate - realised return")
-    ax_r.set_title("Overestimation (> 0: the critic promises more than the policy gets)")
+    ax_r.set_ylabel("> 0: the critic promises more than the policy gets")
+    ax_r.set_title("Overestimation: Q estimate - realised return")
     ax_r.grid(alpha=0.3)
     if ax_r.lines:
         ax_r.legend(fontsize=7)
