@@ -30,7 +30,14 @@ _EXPORTS = {
     "evaluate": "offrl.engine",
     "load_run": "offrl.engine",
     "load_numpy_policy": ("offrl.policy", "load_numpy_policy"),
+    "measure_throughput": "offrl.engine",
     "ALGORITHMS": ("offrl.algos", "ALGORITHMS"),
+    # language-model preference optimisation (needs the `llm` extra: torch + transformers)
+    "load_preferences": "offrl.prefs",
+    "train_sft": "offrl.prefs",
+    "train_reward_model": "offrl.prefs",
+    "train_preferences": "offrl.prefs",
+    "PreferenceConfig": "offrl.prefs",
 }
 
 __all__ = ["__version__", *_EXPORTS]
