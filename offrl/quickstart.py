@@ -91,16 +91,17 @@ def _plot_q_vs_return(runs, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     lo, hi = np.inf, -np.inf
-    for run in runs:
+    for i, run in enumerate(runs):
+        color = f"C{i}"
         evals = [r for r in run.evaluations() if np.isfinite(r.get("eval/q_estimate", np.nan))]
         if not evals:
             continue
         steps = sorted({r["step"] for r in evals})
         q = np.array([np.mean([r["eval/q_estimate"] for r in evals if r["step"] == s]) for s in steps])
         g = np.array([np.mean([r["eval/discounted_return"] for r in evals if r["step"] == s]) for s in steps])
-        axes[0].plot(steps, q, marker="o", label=f"{run.algo.upper()} Q(s0, pi(s0))")
-        axes[0].plot(steps, g, ls="--", label=f"{run.algo.upper()} realised return")
-        axes[1].scatter(g, q, label=run.algo.upper())
+        axes[0].plot(steps, q, marker="o", color=color, label=f"{run.algo.upper()} Q(s0, pi(s0))")
+        axes[0].plot(steps, g, ls="--", color=color, label=f"{run.algo.upper()} realised return")
+        axes[1].scatter(g, q, color=color, label=run.algo.upper())
         lo, hi = min(lo, g.min(), q.min()), max(hi, g.max(), q.max())
     if np.isfinite(lo):
         axes[1].plot([lo, hi], [lo, hi], color="grey", ls=":", label="Q = return")
