@@ -95,14 +95,18 @@ def test_generated_dataset_loads_by_name_and_round_trips_formats(pendulum_zoo, t
     np.testing.assert_allclose(back_d4rl.rewards, ds.rewards)
 
 
-def test_normalized_score_uses_measured_references(pendulum_zoo):
-    from offrl.envs import normalized_score, reference_returns
+def test_references_are_stored_with_the_zoo_and_in_offrl_home(pendulum_zoo):
+    import json
 
-    build_tier_dataset(pendulum_zoo, "random", size=50, seed=0)  # writes $OFFRL_HOME/references.json
-    lo, hi = reference_returns("Pendulum-v1")
+    from offrl.envs import normalized_score, offrl_home
+
+    ds = build_tier_dataset(pendulum_zoo, "random", size=50, seed=0)  # writes $OFFRL_HOME/references.json
     index = load_zoo_index(pendulum_zoo)
-    assert lo == pytest.approx(index["snapshots"][0]["return_mean"])
-    assert float(normalized_score("Pendulum-v1", hi)) == pytest.approx(100.0)
+    lo, hi = index["snapshots"][0]["return_mean"], select_snapshots(index)["expert"]["return_mean"]
+    assert json.loads((offrl_home() / "references.json").read_text())["Pendulum-v1"] == [lo, hi]
+    assert json.loads((pendulum_zoo / "references.json").read_text())["random"] == lo
+    assert float(normalized_score("Pendulum-v1", hi, ds.metadata)) == pytest.approx(100.0)
+    assert float(normalized_score("Pendulum-v1", lo, ds.metadata)) == pytest.approx(0.0)
 
 
 def test_wrong_env_and_tier_are_one_sentence_errors(pendulum_zoo, tmp_path):
