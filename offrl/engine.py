@@ -102,26 +102,31 @@ def prepare_data(dataset, config, env_id: str | None = None):
 
     low, high = _action_bounds(dataset, env_id)
     n = len(dataset)
-    obs = dataset.observations.reshape(n, -1).astype(np.float32)
-    nxt = dataset.next_observations.reshape(n, -1).astype(np.float32)
-    if getattr(config, "normalize_observations", False):
+    obs_dim = int(np.prod(dataset.observations.shape[1:]))
+    normalize = bool(getattr(config, "normalize_observations", False))
+    if normalize:
         mean, std = dataset.observation_stats()
         mean, std = mean.reshape(-1), std.reshape(-1)
     else:
-        mean, std = np.zeros(obs.shape[1], np.float32), np.ones(obs.shape[1], np.float32)
+        mean, std = np.zeros(obs_dim, np.float32), np.ones(obs_dim, np.float32)
     scale = _reward_scale(dataset, getattr(config, "reward_scaling", "none"))
     bias = float(getattr(config, "reward_bias", 0.0))
-    info = DataInfo(obs.shape[1], int(np.prod(dataset.actions.shape[1:])), mean.tolist(), std.tolist(),
+    info = DataInfo(obs_dim, int(np.prod(dataset.actions.shape[1:])), mean.tolist(), std.tolist(),
                     low.tolist(), high.tolist(), scale, bias, env_id)
-    actions = info.to_agent_action(dataset.actions.reshape(n, -1))
-    arrays = {
-        "observations": (obs - mean) / std,
-        "actions": actions,
-        "rewards": (dataset.rewards.astype(np.float32) * scale + bias).astype(np.float32),
-        "next_observations": (nxt - mean) / std,
-        "masks": 1.0 - dataset.terminals.astype(np.float32),
+
+    # One key at a time, so that at most one host temporary exists beside the device copies.
+    def observations(x):
+        x = x.reshape(n, -1).astype(np.float32, copy=False)
+        return (x - mean) / std if normalize else x
+
+    makers = {
+        "observations": lambda: observations(dataset.observations),
+        "actions": lambda: info.to_agent_action(dataset.actions.reshape(n, -1)),
+        "rewards": lambda: (dataset.rewards.astype(np.float32) * scale + bias).astype(np.float32),
+        "next_observations": lambda: observations(dataset.next_observations),
+        "masks": lambda: 1.0 - dataset.terminals.astype(np.float32),
     }
-    return {k: jnp.asarray(v, dtype=jnp.float32) for k, v in arrays.items()}, info
+    return {k: jnp.asarray(make(), dtype=jnp.float32) for k, make in makers.items()}, info
 
 
 def _load_dataset(dataset):
