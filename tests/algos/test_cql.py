@@ -13,7 +13,15 @@ from flax.training.train_state import TrainState
 
 from offrl.algos import cql
 from offrl.algos.common import Batch
-from offrl.nets import tanh_gaussian_log_prob
+from offrl.nets import tanh_gaussian_log_prob, tanh_gaussian_sample
+
+# Eager op-by-op dispatch is slow on a shared CPU: compile the pieces the tests call.
+CREATE = jax.jit(cql.create, static_argnums=(0, 1, 2))
+CRITIC_LOSS = jax.jit(cql.critic_loss)
+ACTOR_LOSS = jax.jit(cql.actor_loss)
+SAMPLE_OOD = jax.jit(cql._sample_ood)
+#: one small configuration shared by the hand-computed tests (one compile of each piece).
+SMALL = cql.Config(hidden_dims=(8,), num_qs=2, cql_alpha=5.0, n_actions=4, bc_warmup_steps=10)
 
 
 def _linear_critic_agent(config, slopes):
@@ -23,7 +31,7 @@ def _linear_critic_agent(config, slopes):
     def apply_fn(params, obs, actions):
         return slopes[:, None] * jnp.sum(actions, axis=-1)[None, :]
 
-    agent = cql.create(config, 1, 1, jax.random.PRNGKey(0))
+    agent = CREATE(config, 1, 1, jax.random.PRNGKey(0))
     critic = TrainState.create(apply_fn=apply_fn, params={"unused": jnp.zeros(())}, tx=optax.sgd(0.0))
     return agent.replace(critic=critic)
 
@@ -40,17 +48,16 @@ def test_critic_loss_is_td_plus_alpha_times_importance_sampled_lse_minus_data_q(
     """One state, data action 0 (Q = 0), target 0; OOD actions +-0.5 drawn from the uniform
     density on [-1, 1] (log mu = log 0.5). With Q(s, a) = a:
     lse = log(exp(0.5 - log 0.5) + exp(-0.5 - log 0.5)) = log(2 (e^0.5 + e^-0.5)),
-    loss = 0 (TD) + alpha * (lse - 0)."""
-    config = cql.Config(hidden_dims=(8,), num_qs=1, cql_alpha=5.0)
-    agent = _linear_critic_agent(config, [1.0])
+    loss = 0 (TD) + alpha * (lse - 0) per critic, summed over the two identical critics."""
+    agent = _linear_critic_agent(SMALL, [1.0, 1.0])
     batch = _batch([0.0])
     ood = jnp.array([[[0.5], [-0.5]]])
     log_mu = jnp.full((1, 2), math.log(0.5))
-    loss, aux = cql.critic_loss(agent.critic.params, agent, batch, jnp.zeros(1), ood, log_mu)
+    loss, aux = CRITIC_LOSS(agent.critic.params, agent, batch, jnp.zeros(1), ood, log_mu)
     lse = math.log(2 * (math.exp(0.5) + math.exp(-0.5)))
     assert float(aux["td_loss"]) == pytest.approx(0.0, abs=1e-6)
     assert float(aux["cql_gap"]) == pytest.approx(lse, rel=1e-5)
-    assert float(loss) == pytest.approx(5.0 * lse, rel=1e-5)
+    assert float(loss) == pytest.approx(2 * 5.0 * lse, rel=1e-5)
 
 
 def test_penalty_sign_pushes_ood_q_down_and_data_q_up():
@@ -58,7 +65,7 @@ def test_penalty_sign_pushes_ood_q_down_and_data_q_up():
     The penalty's gradient w.r.t. Q on the data action is -alpha per critic (averaged over the
     batch of one), and the TD term doubles each critic's error: d loss / d slope_k =
     2 (slope_k * 0.2 - y) * 0.2 + alpha * (softmax-weighted OOD action - 0.2)."""
-    config = cql.Config(hidden_dims=(8,), num_qs=2, cql_alpha=2.0)
+    config = SMALL
 
     def loss_of_slopes(slopes):
         agent = _linear_critic_agent(config, [0.0, 0.0])
@@ -69,24 +76,23 @@ def test_penalty_sign_pushes_ood_q_down_and_data_q_up():
                                jnp.array([[[1.0], [-1.0]]]), jnp.zeros((1, 2)))[0]
 
     slopes = jnp.array([1.0, 2.0])
-    grad = jax.grad(loss_of_slopes)(slopes)
+    grad = jax.jit(jax.grad(loss_of_slopes))(slopes)
     expected = []
     for k in (1.0, 2.0):
         w = math.exp(k) / (math.exp(k) + math.exp(-k))
         soft_action = w * 1.0 + (1 - w) * -1.0
-        expected.append(2 * (k * 0.2 - 0.1) * 0.2 + 2.0 * (soft_action - 0.2))
+        expected.append(2 * (k * 0.2 - 0.1) * 0.2 + 5.0 * (soft_action - 0.2))
     np.testing.assert_allclose(grad, expected, rtol=1e-5)
 
 
 def test_ood_sampler_layout_densities_and_no_gradient_to_the_actor():
-    config = cql.Config(hidden_dims=(16,), n_actions=4)
-    agent = cql.create(config, 3, 2, jax.random.PRNGKey(1))
+    agent = CREATE(SMALL, 3, 2, jax.random.PRNGKey(1))
     rng = np.random.default_rng(0)
     B = 5
     obs = jnp.asarray(rng.normal(size=(B, 3)), jnp.float32)
     nxt = jnp.asarray(rng.normal(size=(B, 3)), jnp.float32)
     batch = Batch(obs, jnp.zeros((B, 2)), jnp.zeros(B), nxt, jnp.ones(B))
-    ood, log_mu, next_actions = cql._sample_ood(agent, batch, jax.random.PRNGKey(2))
+    ood, log_mu, next_actions = SAMPLE_OOD(agent, batch, jax.random.PRNGKey(2))
     assert ood.shape == (B, 12, 2) and log_mu.shape == (B, 12) and next_actions.shape == (B, 2)
     assert np.all(np.abs(ood) <= 1.0)
     np.testing.assert_allclose(log_mu[:, :4], -2 * math.log(2.0), rtol=1e-6)
@@ -101,26 +107,25 @@ def test_ood_sampler_layout_densities_and_no_gradient_to_the_actor():
         o, lm, na = cql._sample_ood(a, batch, jax.random.PRNGKey(2))
         return o.sum() + lm.sum() + na.sum()
 
-    grads = jax.grad(total)(agent.actor.params)
+    grads = jax.jit(jax.grad(total))(agent.actor.params)
     assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree_util.tree_leaves(grads))
 
 
 def test_actor_clones_the_data_during_warm_up_and_follows_q_after():
     """Before ``bc_warmup_steps`` the actor loss ignores the critic; afterwards it is
     ``alpha log pi - min_k Q_k``, so scaling Q changes it."""
-    config = cql.Config(hidden_dims=(8,), num_qs=2, bc_warmup_steps=10)
+    config = SMALL
     batch = _batch([0.3, -0.4])
     key = jax.random.PRNGKey(3)
     small, big = _linear_critic_agent(config, [1.0, 2.0]), _linear_critic_agent(config, [100.0, 200.0])
     params = small.actor.params
-    warm = [float(cql.actor_loss(params, a, batch, key)[0]) for a in (small, big)]
+    warm = [float(ACTOR_LOSS(params, a, batch, key)[0]) for a in (small, big)]
     assert warm[0] == pytest.approx(warm[1], rel=1e-6)
     after = [a.replace(step=jnp.asarray(10, jnp.int32)) for a in (small, big)]
-    late = [float(cql.actor_loss(params, a, batch, key)[0]) for a in after]
+    late = [float(ACTOR_LOSS(params, a, batch, key)[0]) for a in after]
     assert late[0] != pytest.approx(late[1], rel=1e-3)
     # Hand check of the SAC loss: mean(alpha log pi(a) - min_k Q_k(s, a)) with the same sample.
     mean, log_std = small.actor.apply_fn(params, batch.observations)
-    from offrl.nets import tanh_gaussian_sample
     actions, log_probs = tanh_gaussian_sample(key, mean, log_std)
     q_min = jnp.minimum(1.0 * actions[:, 0], 2.0 * actions[:, 0])
     assert late[0] == pytest.approx(float(jnp.mean(log_probs - q_min)), rel=1e-5, abs=1e-6)
@@ -135,14 +140,14 @@ def test_cql_learns_the_best_action_of_a_bandit():
     ``-4 (a - 0.5)^2``: cloning gives a mean near 0, the conservative critic (whose penalty is
     neutral under uniform data) must lead the policy to 0.5. A flipped penalty or actor sign fails."""
     update = jax.jit(cql.update)
-    agent = cql.create(BANDIT, 2, 1, jax.random.PRNGKey(0))
+    agent = CREATE(BANDIT, 1, 1, jax.random.PRNGKey(0))
     rng = np.random.default_rng(0)
-    for _ in range(600):
-        obs = rng.normal(size=(BANDIT.batch_size, 2)).astype(np.float32)
+    for _ in range(400):
+        obs = rng.normal(size=(BANDIT.batch_size, 1)).astype(np.float32)
         actions = rng.uniform(-1, 1, size=(BANDIT.batch_size, 1)).astype(np.float32)
         batch = Batch(obs, actions, -4.0 * (actions[:, 0] - 0.5) ** 2, obs, np.zeros(BANDIT.batch_size, np.float32))
         agent, metrics = update(agent, batch)
     assert all(np.isfinite(float(v)) for v in metrics.values())
-    obs = np.random.default_rng(2).normal(size=(256, 2)).astype(np.float32)
+    obs = np.random.default_rng(2).normal(size=(256, 1)).astype(np.float32)
     mean_action = float(cql.act(agent, jnp.asarray(obs)).mean())
     assert 0.3 < mean_action < 0.7, mean_action
