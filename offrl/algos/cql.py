@@ -15,6 +15,12 @@ steps so that ``alpha_cql * (lse - Q_data)`` stays near ``target_action_gap``.
 Actor (SAC with automatic entropy): ``L_pi = mean (alpha log pi(a|s) - min_k Q_k(s, a))``,
 ``a ~ pi``; for the first ``bc_warmup_steps`` the actor clones the data instead
 (``L_pi = mean (alpha log pi(a~|s) - log pi(a_data|s))``).
+
+The warm-up likelihood needs ``u = atanh(a_data)``, infinite for saturated actions ``|a| = 1``;
+data actions are first clipped to ``[-1 + bc_action_eps, 1 - bc_action_eps]``. With a tiny eps
+(1e-6: ``u = 7.25``) saturated actions dominate the Gaussian fit in ``u``-space: on the tests'
+Pendulum data (15% of actions at the torque limit) the warm-up policy scored 7.5 after 4,000
+steps against plain BC's 101; with 1e-2 (``u = 2.65``) it scored 86.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class Config:
     initial_temperature: float = 1.0  #: initial entropy temperature
     target_entropy: float | None = None  #: None: -action_dim
     bc_warmup_steps: int = 40_000   #: actor clones the data first (policy_eval_start, author code)
+    bc_action_eps: float = 1e-2     #: warm-up likelihood clips data actions to [-1+eps, 1-eps] before atanh
     normalize_observations: bool = False  #: z-score observations with dataset statistics
     reward_scaling: str = "none"    #: "none", "returns" or a number
     reward_bias: float = 0.0        #: added to rewards after scaling
@@ -124,7 +131,7 @@ def actor_loss(params, agent: Agent, batch: Batch, key):
     q = agent.critic.apply_fn(agent.critic.params, batch.observations, actions).min(0)
     sac = losses.sac_actor_loss(q, log_probs, temperature)
     bc = jnp.mean(jax.lax.stop_gradient(temperature) * log_probs) + losses.bc_nll(
-        tanh_gaussian_log_prob(mean, log_std, batch.actions))
+        tanh_gaussian_log_prob(mean, log_std, batch.actions, eps=agent.config.bc_action_eps))
     loss = jnp.where(agent.step < agent.config.bc_warmup_steps, bc, sac)
     return loss, {"log_probs": log_probs}
 
