@@ -11,25 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from offrl.algos import td3
 from offrl.algos.td3 import Agent, act, actor_loss, create, critic_loss, q_value, update
 
 __all__ = ["Config", "Agent", "create", "update", "act", "q_value", "actor_loss", "critic_loss"]
 
 
 @dataclass(frozen=True)
-class Config:
-    """TD3+BC hyperparameters; defaults are the paper's (Table 3: alpha 2.5, sigma 0.2, c 0.5, delay 2)."""
+class Config(td3.Config):
+    """TD3+BC hyperparameters: TD3's fields (see :class:`offrl.algos.td3.Config`) with the
+    paper's defaults (Table 3: alpha 2.5, sigma 0.2, c 0.5, delay 2, normalised states)."""
 
-    actor_lr: float = 3e-4          #: Adam learning rate of the policy
-    critic_lr: float = 3e-4         #: Adam learning rate of the twin critics
-    hidden_dims: tuple[int, ...] = (256, 256)  #: MLP widths
-    discount: float = 0.99          #: gamma
-    tau: float = 0.005              #: Polyak rate of the target networks
-    policy_noise: float = 0.2       #: sigma of the target policy smoothing noise
-    noise_clip: float = 0.5         #: c, clip of that noise
-    policy_delay: int = 2           #: critic updates per actor/target update
     alpha: float | None = 2.5       #: weight of Q against the BC term (lambda = alpha / mean|Q|)
-    num_qs: int = 2                 #: critics in the ensemble
-    batch_size: int = 256           #: minibatch size
     normalize_observations: bool = True  #: the paper normalises states with dataset mean/std
-    reward_scaling: str = "none"    #: "none", "returns" or a number
