@@ -94,7 +94,7 @@ def plot_runs(runs, out: str | Path) -> list[Path]:
     ax_r.set_ylabel("> 0: the critic promises more than the policy gets")
     ax_r.set_title("Overestimation: Q estimate - realised return")
     ax_r.grid(alpha=0.3)
-    if ax_r.lines:
+    if ax_r.get_legend_handles_labels()[1]:  # the zero line has no label
         ax_r.legend(fontsize=7)
     fig.tight_layout()
     path = out / "q_vs_return.png"
