@@ -14,7 +14,9 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -120,6 +122,20 @@ def replace_atomically(tmp: Path, path: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, path)
+
+
+@contextmanager
+def atomic_output_file(path: Path):
+    """Yield a temporary path beside ``path``; on success move it into place, always clean up."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        replace_atomically(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 # ---------------------------------------------------------------------- action bounds

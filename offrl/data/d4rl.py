@@ -19,14 +19,12 @@ Example::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from offrl.data.checks import (DIGEST_KEY, canonical, content_digest, missing_keys, prepare_output,
-                               replace_atomically, require_transitions, verify_digest, warn)
+                               atomic_output_file, require_transitions, verify_digest, warn)
 from offrl.data.dataset import Dataset
 from offrl.errors import DatasetError
 
@@ -97,10 +95,7 @@ def save_d4rl(ds: Dataset, path, overwrite: bool = False) -> Path:
     prepare_output(path, ds, overwrite)
     ds = canonical(ds)
     require_transitions(len(ds), str(path))
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_output_file(path) as tmp:
         with h5py.File(tmp, "w", libver="latest") as f:
             for key, arr in ds.arrays().items():
                 _write_array(f, key, arr)
@@ -109,10 +104,6 @@ def save_d4rl(ds: Dataset, path, overwrite: bool = False) -> Path:
                 _write_metadata_value(group, key, value, str(path))
             f.attrs[DIGEST_KEY] = _fixed_bytes(content_digest(ds))
             f.attrs["offrl_format"] = _fixed_bytes("d4rl-hdf5")
-        replace_atomically(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path
 
 

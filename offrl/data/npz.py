@@ -15,15 +15,13 @@ Example::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from offrl.data.checks import (DIGEST_KEY, canonical, check_action_bounds, content_digest,
-                               missing_keys, prepare_output, replace_atomically,
+                               missing_keys, prepare_output, atomic_output_file,
                                require_transitions, verify_digest, warn)
 from offrl.data.dataset import Dataset
 from offrl.errors import DatasetError
@@ -91,15 +89,8 @@ def save_npz(ds: Dataset, path, overwrite: bool = False, compress: bool = False)
     header = {"metadata": ds.metadata, DIGEST_KEY: content_digest(ds), "offrl_format": "npz"}
     members = dict(ds.arrays())
     members[METADATA_MEMBER] = np.frombuffer(json.dumps(header, sort_keys=True).encode("utf-8"), dtype=np.uint8)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            (np.savez_compressed if compress else np.savez)(fh, **members)
-        replace_atomically(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_output_file(path) as tmp, open(tmp, "wb") as fh:
+        (np.savez_compressed if compress else np.savez)(fh, **members)
     return path
 
 
