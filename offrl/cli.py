@@ -51,7 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        misspelt = [u for u in unknown if u.startswith("--config.")]
+        if misspelt and getattr(args, "command", None) == "train":
+            from offrl.commands.train import unknown_config_flag_message
+
+            print(f"offrl: error: {unknown_config_flag_message(args.algo, misspelt[0])}", file=sys.stderr)
+            return 2
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2

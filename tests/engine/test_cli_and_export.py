@@ -73,3 +73,20 @@ def test_bad_config_field_is_one_line_and_exit_code_2(tmp_path, dataset_file, ca
     assert "unknown algorithm 'nope'" in capsys.readouterr().err
     assert main(["evaluate", str(tmp_path / "missing")]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+def test_misspelt_config_flag_names_the_field_and_lists_the_algorithms_fields(capsys):
+    rc = main(["train", "--algo", "td3_bc", "--dataset", "unused.npz", "--config.alpah", "3.0"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "unknown config field 'alpah'" in err and "--config.alpah" in err
+    # TD3+BC's own field and the fields it inherits from TD3's config are both listed; IQL's are not
+    assert "alpha" in err and "policy_noise" in err and "expectile" not in err
+
+
+def test_other_unknown_flags_still_get_argparses_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--algo", "iql", "--stepz", "3"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --stepz 3" in capsys.readouterr().err
