@@ -234,13 +234,14 @@ def build_tier_dataset(zoo, tier: str, size: int = 100_000, seed: int = 0, env_i
     return ds
 
 
-def save_tier_dataset(ds, out=None, name: str | None = None, overwrite: bool = True) -> dict:
-    """Write ``ds`` to ``out`` (format from the suffix) and/or register it by ``name`` in the cache."""
+def save_tier_dataset(ds, out=None, name: str | None = None, overwrite: bool = True, compress: bool = False) -> dict:
+    """Write ``ds`` to ``out`` (format from the suffix; ``compress``: gzip for HDF5 / NPZ) and/or
+    register it by ``name`` in the cache."""
     import offrl.data as data
 
     where = {}
     if out:
-        where["file"] = str(data.save(ds, out, overwrite=overwrite))
+        where["file"] = str(data.save(ds, out, overwrite=overwrite, **({"compress": True} if compress else {})))
     if name:
         where["registered"] = f"{name} -> {data.register(ds, name, overwrite=overwrite)}"
     return where

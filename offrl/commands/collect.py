@@ -40,6 +40,7 @@ def register(subparsers) -> None:
     data.add_argument("--seed", type=int, default=0)
     data.add_argument("--num-envs", type=int, default=8, help="environments run in lockstep during collection (default 8)")
     data.add_argument("--no-register", action="store_true", help="do not register the dataset in the cache")
+    data.add_argument("--compress", action="store_true", help="gzip the arrays of the --out file (HDF5: shuffle + gzip filters; NPZ: zip deflate)")
     data.add_argument("--quiet", action="store_true", help="no progress bar")
     data.set_defaults(func=run_dataset)
 
@@ -88,7 +89,7 @@ def run_dataset(args) -> int:
     name = args.name or free_dataset_name(dataset_name(args.env, args.tier))
     ds = build_tier_dataset(args.zoo, args.tier, size=args.size, seed=args.seed, env_id=args.env, num_envs=args.num_envs,
                             command=command_line(), progress=not args.quiet, name=name)
-    where = save_tier_dataset(ds, out=args.out, name=None if args.no_register else name)
+    where = save_tier_dataset(ds, out=args.out, name=None if args.no_register else name, compress=args.compress)
     meta = ds.metadata
     table = Table(title=f"{meta['name']} ({args.tier})")
     table.add_column("fact")

@@ -74,7 +74,7 @@ def save(dataset: Dataset, path, format: str | None = None, overwrite: bool = Fa
 
     Never overwrites an existing file unless ``overwrite=True``, and never the file the
     dataset was loaded from. Files are written to a temporary name and moved into place.
-    Extra keyword arguments go to the writer (``dataset_id=`` for Minari, ``compress=`` for NPZ).
+    Extra keyword arguments go to the writer (``dataset_id=`` for Minari, ``compress=`` for NPZ and HDF5).
     """
     if not isinstance(dataset, Dataset):
         raise DatasetError(f"save() needs an offrl.data.Dataset, got {type(dataset).__name__}; build one with Dataset.from_arrays(...).")

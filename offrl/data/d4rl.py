@@ -87,8 +87,12 @@ def load_d4rl(path, check_bounds: bool = True) -> Dataset:
     return ds
 
 
-def save_d4rl(ds: Dataset, path, overwrite: bool = False) -> Path:
-    """Write ``ds`` in the D4RL layout (plus ``next_observations``, ``infos/*``, ``metadata/*``)."""
+def save_d4rl(ds: Dataset, path, overwrite: bool = False, compress: bool = False) -> Path:
+    """Write ``ds`` in the D4RL layout (plus ``next_observations``, ``infos/*``, ``metadata/*``).
+
+    ``compress=True`` stores every array with HDF5's byte-shuffle + gzip (level 4) filters:
+    any HDF5 reader (h5py, D4RL's loader) decompresses them transparently.
+    """
     import h5py
 
     path = Path(path)
@@ -98,7 +102,7 @@ def save_d4rl(ds: Dataset, path, overwrite: bool = False) -> Path:
     with atomic_output_file(path) as tmp:
         with h5py.File(tmp, "w", libver="latest") as f:
             for key, arr in ds.arrays().items():
-                _write_array(f, key, arr)
+                _write_array(f, key, arr, compress)
             group = f.create_group("metadata")
             for key, value in ds.metadata.items():
                 _write_metadata_value(group, key, value, str(path))
@@ -137,10 +141,11 @@ def _read_array(f, key: str, source: str) -> np.ndarray:
     return obj[()]
 
 
-def _write_array(f, key: str, arr: np.ndarray) -> None:
+def _write_array(f, key: str, arr: np.ndarray, compress: bool = False) -> None:
     row_bytes = max(1, arr[:1].nbytes)
     rows = int(max(1, min(len(arr), _CHUNK_BYTES // row_bytes)))
-    f.create_dataset(key, data=arr, chunks=(rows, *arr.shape[1:]), fletcher32=True)
+    filters = {"compression": "gzip", "compression_opts": 4, "shuffle": True} if compress else {}
+    f.create_dataset(key, data=arr, chunks=(rows, *arr.shape[1:]), fletcher32=True, **filters)
 
 
 def _fixed_bytes(text: str) -> np.bytes_:

@@ -26,6 +26,18 @@ def test_round_trip_is_exact(tmp_path, small_dataset, name):
     assert loaded.timeouts[ends - 1].tolist() == [True, False, True]
 
 
+def test_compressed_hdf5_round_trips_exactly_and_is_gzip_filtered(tmp_path):
+    ds = data.load("pendulum-medium-v0")  # bundled, 10,000 rows
+    plain = data.save(ds, tmp_path / "plain.hdf5")
+    packed = data.save(ds, tmp_path / "packed.hdf5", compress=True)
+    assert_same(ds, data.load(packed))
+    with h5py.File(packed, "r") as f:
+        assert f["observations"].compression == "gzip" and f["observations"].shuffle
+    with h5py.File(plain, "r") as f:
+        assert f["observations"].compression is None
+    assert packed.stat().st_size < plain.stat().st_size
+
+
 def test_round_trip_through_all_formats_in_a_chain(tmp_path, small_dataset):
     a = data.load(data.save(small_dataset, tmp_path / "a.hdf5"))
     b = data.load(data.save(a, tmp_path / "b.npz"))
