@@ -12,7 +12,7 @@ def register(subparsers) -> None:
     parser.add_argument("--dataset", default=None, help="registered name or path (default: pendulum-medium-expert-v0, bundled)")
     parser.add_argument("--out", default="offrl-quickstart", help="report folder (default ./offrl-quickstart)")
     parser.add_argument("--algos", default="bc,iql", help="comma-separated algorithms (default bc,iql; add cql for CQL, several minutes more on 2 CPU cores)")
-    parser.add_argument("--steps", type=int, default=None, help="updates per algorithm (default: bc 3000, iql 6000, cql 3000)")
+    parser.add_argument("--steps", type=int, default=None, help="updates per algorithm (default: bc 3000, iql 6000, cql 6000)")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per algorithm, trained together with vmap (default 2)")
     parser.add_argument("--eval-episodes", type=int, default=10, help="evaluation episodes per seed (default 10)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
