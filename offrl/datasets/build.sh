@@ -15,7 +15,7 @@ for tier in random medium medium-replay expert; do
 done
 offrl collect dataset --env Pendulum-v1 --tier medium-expert --size 20000 --seed 0 --zoo "$ZOO/pendulum20k" --out "$HERE/pendulum-medium-expert-v0.hdf5" --no-register --quiet
 if [ -f "$ZOO/hopper/zoo.json" ]; then
-  offrl collect dataset --env Hopper-v5 --tier medium --size 20000 --seed 0 --zoo "$ZOO/hopper" --name hopper-medium-20k-v0 --out "$HERE/hopper-medium-20k-v0.hdf5" --no-register --quiet
+  offrl collect dataset --env Hopper-v5 --tier medium --size 20000 --seed 0 --zoo "$ZOO/hopper" --name hopper-medium-20k-v0 --out "$HERE/hopper-medium-20k-v0.hdf5" --no-register --compress --quiet
 fi
 chmod 644 "$HERE"/*.hdf5
 python "$HERE/manifest.py"
