@@ -179,8 +179,19 @@ def _make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
 
         return jax.lax.scan(body, agent, None, length=num_steps)
 
-    fn = jax.vmap(one_seed, in_axes=(0, 0, None)) if vmap_seeds else one_seed
-    return jax.jit(fn)
+    if not vmap_seeds:
+        return jax.jit(one_seed)
+
+    def all_seeds(agents, data_keys, data):
+        # Every seed is at the same step, so the step counter enters vmap unbatched: a
+        # ``lax.cond`` on it inside an update (TD3's delayed actor step) then stays a real branch
+        # instead of becoming a select that computes both sides for every seed.
+        axes = jax.tree_util.tree_map(lambda _: 0, agents).replace(step=None)
+        out, metrics = jax.vmap(one_seed, in_axes=(axes, 0, None), out_axes=(axes, 0))(
+            agents.replace(step=agents.step[0]), data_keys, data)
+        return out.replace(step=jax.numpy.broadcast_to(out.step, agents.step.shape)), metrics
+
+    return jax.jit(all_seeds)
 
 
 def create_agents(module, config, obs_dim: int, action_dim: int, seed: int, seeds: int):
@@ -194,8 +205,9 @@ def create_agents(module, config, obs_dim: int, action_dim: int, seed: int, seed
 
 
 class Trainer:
-    """Runs scanned chunks for all seeds (``vmap``; plain when there is one seed, so that
-    ``lax.cond`` in an update, e.g. TD3's delayed actor step, stays a real branch)."""
+    """Runs scanned chunks for all seeds (``vmap`` with the shared step counter unbatched, so
+    that ``lax.cond`` on the step, e.g. TD3's delayed actor step, stays a real branch; plain
+    when there is one seed)."""
 
     def __init__(self, module, batch_size: int, seeds: int):
         self.module, self.batch_size, self.seeds = module, batch_size, seeds

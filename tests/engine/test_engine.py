@@ -50,6 +50,19 @@ def test_same_seed_gives_bit_identical_runs_and_seeds_differ(pendulum_small):
     assert [r["critic_loss"] for r in a.metrics] == [r["critic_loss"] for r in b.metrics]
 
 
+def test_seed_zero_of_a_vmapped_td3_bc_run_matches_the_single_seed_run(pendulum_small):
+    """The vmapped path (shared step counter, real ``lax.cond`` for the delayed actor step)
+    computes what the plain one-seed path computes for the same seed."""
+    kwargs = dict(steps=30, log_every=15, eval_every=30, eval_episodes=0, progress=False, config_overrides=TINY)
+    one = engine.train("td3_bc", pendulum_small, seeds=1, **kwargs)
+    two = engine.train("td3_bc", pendulum_small, seeds=2, **kwargs)
+    assert np.asarray(two.agent.step).tolist() == [30, 30]
+    for x, y in zip(jax.tree_util.tree_leaves(one.agent), jax.tree_util.tree_leaves(two.agent)):
+        np.testing.assert_allclose(np.asarray(x)[0], np.asarray(y)[0], rtol=1e-5, atol=1e-6)
+    a0, a1 = (np.asarray(jax.tree_util.tree_leaves(two.agent.actor.params)[0])[i] for i in (0, 1))
+    assert not np.array_equal(a0, a1)
+
+
 def test_resume_reproduces_the_uninterrupted_run(tmp_path, pendulum_small):
     kwargs = dict(steps=60, seeds=1, log_every=20, eval_every=20, eval_episodes=0, progress=False, config_overrides=TINY)
     full = engine.train("iql", pendulum_small, out=tmp_path / "full", **kwargs)
