@@ -165,6 +165,7 @@ def make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
 
 def _make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
     import jax
+    import jax.numpy as jnp
 
     from offrl.algos.common import Batch
 
@@ -189,7 +190,7 @@ def _make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
         axes = jax.tree_util.tree_map(lambda _: 0, agents).replace(step=None)
         out, metrics = jax.vmap(one_seed, in_axes=(axes, 0, None), out_axes=(axes, 0))(
             agents.replace(step=agents.step[0]), data_keys, data)
-        return out.replace(step=jax.numpy.broadcast_to(out.step, agents.step.shape)), metrics
+        return out.replace(step=jnp.broadcast_to(out.step, agents.step.shape)), metrics
 
     return jax.jit(all_seeds)
 

@@ -28,9 +28,11 @@ Choosing the penalty weight (measured on the bundled ``pendulum-medium-expert-v0
 keeps Q bounded but above the realised return (-97 vs -367) and the policy collapses after the
 warm-up (score about 25); 50 reaches 98.8 with Q (-197) below the realised -111. The penalty's
 gradient does not scale with the rewards while the TD error's does, so scaling the rewards
-down (``reward_scaling``) strengthens the penalty too. Rolling the collapsed alpha-5 policy out
-showed why: it swings the pendulum up, then keeps accelerating into full rotations, states the
-data never visits, where the critic's estimate is unchecked. The Lagrangian variant
+down (``reward_scaling``) strengthens the penalty too. On the tests' noisy-controller Pendulum
+data the same collapse happens with alpha 5; rolling that policy out showed why: the critic
+ranks actions like the controller at data states and the policy follows it, swings the pendulum
+up, then keeps accelerating into full rotations, states the data never visits, where the
+critic's estimate is unchecked. The Lagrangian variant
 (``lagrange=True``) tunes alpha towards a target gap instead.
 """
 

@@ -9,14 +9,11 @@ from pathlib import Path
 ALGORITHM_CHOICES = ("bc", "td3", "td3_bc", "iql", "cql", "awac", "bcq")
 
 
-def config_field_names(algo: str | None = None) -> list[str]:
-    """Config fields of every algorithm file (or of ``algo``'s alone), read with ``ast`` so
-    ``--help`` stays JAX-free. A ``Config`` that subclasses another file's (TD3+BC's) lists its
-    own overrides only, so ``algo`` also reads the files it names as bases."""
+def config_field_names() -> list[str]:
+    """Config fields of every algorithm file, read with ``ast`` so ``--help`` stays JAX-free."""
     names: list[str] = []
     folder = Path(__file__).resolve().parent.parent / "algos"
-    paths = sorted(folder.glob("*.py")) if algo is None else [folder / f"{algo}.py", *_base_files(folder, algo)]
-    for path in paths:
+    for path in sorted(folder.glob("*.py")):
         try:
             tree = ast.parse(path.read_text())
         except (OSError, SyntaxError):
@@ -29,28 +26,19 @@ def config_field_names(algo: str | None = None) -> list[str]:
     return names
 
 
-def _base_files(folder: Path, algo: str) -> list[Path]:
-    """The algorithm files whose ``Config`` the ``Config`` of ``algo`` derives from (``td3.Config``)."""
-    try:
-        tree = ast.parse((folder / f"{algo}.py").read_text())
-    except (OSError, SyntaxError):
-        return []
-    bases = []
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "Config":
-            for base in node.bases:
-                if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
-                    bases.append(folder / f"{base.value.id}.py")
-    return bases
-
-
 def unknown_config_flag_message(algo: str, flag: str) -> str:
-    """One sentence for a ``--config.FIELD`` that no algorithm has (argparse would only say
-    "unrecognized arguments")."""
-    name = flag.split("=", 1)[0][len("--config."):]
-    fields = config_field_names(algo) or config_field_names()
-    return (f"unknown config field '{name}' in {flag.split('=', 1)[0]} for --algo {algo}; "
-            f"valid fields: {', '.join(fields)}.")
+    """One sentence for a ``--config.FIELD`` that no algorithm has (argparse alone would only say
+    "unrecognized arguments"): the flag, then the config layer's own unknown-field message."""
+    from offrl.algos import get_algorithm
+    from offrl.algos.common import apply_overrides
+    from offrl.errors import ConfigError
+
+    flag = flag.split("=", 1)[0]
+    try:
+        apply_overrides(get_algorithm(algo).Config(), {flag[len("--config."):]: ""})
+    except ConfigError as exc:
+        return f"{flag}: {exc}"
+    return f"{flag} is not a config field of --algo {algo}."
 
 
 def parse_set(values: list[str] | None) -> dict[str, str]:

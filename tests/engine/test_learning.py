@@ -58,10 +58,10 @@ def test_cql_with_a_strong_penalty_beats_the_data_on_bundled_pendulum_and_stays_
     """CQL on the bundled SAC-collected ``pendulum-medium-expert-v0`` (data score about 59).
 
     Measured (11:10 UTC, shared CPU, 64x64 critics, 5k BC warm-up, eval at 5k/10k/15k):
-    ``cql_alpha`` 50: scores 51.2 / 98.8 / 98.8 with Q(s0, pi(s0)) -168 / -197 below the realised
-    discounted return -111 (the lower-bound property); the paper's Gym value 5 collapses to
-    about 25 with Q -97 far above the realised -367, and 0 (offline SAC) diverges to Q +723
-    against -672. The penalty weight has to be strong for this narrow, small dataset.
+    ``cql_alpha`` 50: scores 51.2 / 98.8 / 98.8, with Q(s0, pi(s0)) -168 / -197 at 10k / 15k below
+    the realised discounted return -111 (the lower-bound property); 0 (offline SAC) diverges to
+    Q +723 against -672 at 15k; the paper's Gym value 5, run for 40k updates, collapses after the
+    warm-up to about 25 with Q -97 far above the realised -367. The penalty weight has to be strong for this narrow, small dataset.
     """
     from offrl import data
 
