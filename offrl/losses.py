@@ -43,15 +43,34 @@ def expectile_loss(target: jax.Array, value: jax.Array, tau: float) -> jax.Array
     return jnp.mean(weight * u**2)
 
 
+def advantage_weights(advantages: jax.Array, inverse_temperature: float, max_weight: float | None = None,
+                      normalize_over_batch: bool = False) -> jax.Array:
+    """Weights of advantage-weighted regression, as constants (no gradient).
+
+    ``w_i = exp(beta * A_i)`` with ``beta = inverse_temperature`` (IQL's beta; AWAC's
+    ``1 / lambda``), clipped at ``max_weight`` when given (IQL clips at 100). With
+    ``normalize_over_batch`` the weights are ``w_i = B * softmax_i(beta * A_i)`` (mean 1, the
+    AWAC authors' code): the same maximiser up to a per-batch constant, and no overflow.
+    """
+    scaled = jax.lax.stop_gradient(inverse_temperature * advantages)
+    if normalize_over_batch:
+        return scaled.shape[0] * jax.nn.softmax(scaled)
+    weights = jnp.exp(scaled)
+    return weights if max_weight is None else jnp.minimum(weights, max_weight)
+
+
+def weighted_nll(log_probs: jax.Array, weights: jax.Array) -> jax.Array:
+    """``L = -mean_i w_i log pi(a_i | s_i)`` with the weights treated as constants."""
+    return -jnp.mean(jax.lax.stop_gradient(weights) * log_probs)
+
+
 def awr_loss(log_probs: jax.Array, advantages: jax.Array, beta: float) -> jax.Array:
     """Advantage-weighted regression (Peng et al. 2019; IQL's policy extraction).
 
-    ``L = -mean_i exp(beta * A_i) log pi(a_i | s_i)``, with the weights treated as constants.
-    No clipping here: IQL clips the weight at 100, which the caller does by passing
-    ``min(A, log(100) / beta)``.
+    ``L = -mean_i exp(beta * A_i) log pi(a_i | s_i)``, with the weights treated as constants
+    (:func:`advantage_weights` without a clip, then :func:`weighted_nll`).
     """
-    weights = jax.lax.stop_gradient(jnp.exp(beta * advantages))
-    return -jnp.mean(weights * log_probs)
+    return weighted_nll(log_probs, advantage_weights(advantages, beta))
 
 
 def cql_penalty(q_ood: jax.Array, q_data: jax.Array) -> jax.Array:
@@ -85,14 +104,20 @@ def td3_bc_actor_loss(q: jax.Array, policy_actions: jax.Array, actions: jax.Arra
     return -lam * jnp.mean(q) + bc_mse(policy_actions, actions)
 
 
-def sac_actor_loss(q: jax.Array, log_probs: jax.Array, temperature: jax.Array) -> jax.Array:
-    """Soft actor loss (Haarnoja et al. 2018): ``L = mean_i (alpha log pi(a_i|s_i) - Q(s_i, a_i))``, ``a_i ~ pi``."""
-    return jnp.mean(jax.lax.stop_gradient(temperature) * log_probs - q)
+def sac_actor_loss(q: jax.Array, log_probs: jax.Array, entropy_alpha: jax.Array) -> jax.Array:
+    """Soft actor loss (Haarnoja et al. 2018): ``L = mean_i (alpha log pi(a_i|s_i) - Q(s_i, a_i))``, ``a_i ~ pi``,
+    with the entropy coefficient ``alpha`` held constant."""
+    return jnp.mean(jax.lax.stop_gradient(entropy_alpha) * log_probs - q)
 
 
-def temperature_loss(log_temperature: jax.Array, log_probs: jax.Array, target_entropy: float) -> jax.Array:
+def entropy_alpha_loss(log_entropy_alpha: jax.Array, log_probs: jax.Array, target_entropy: float) -> jax.Array:
     """Automatic entropy tuning (Haarnoja et al. 2018b): ``L = -mean_i log_alpha (log pi(a_i|s_i) + H_target)``."""
-    return -jnp.mean(log_temperature * jax.lax.stop_gradient(log_probs + target_entropy))
+    return -jnp.mean(log_entropy_alpha * jax.lax.stop_gradient(log_probs + target_entropy))
+
+
+def soft_td_target(rewards, masks, next_q, next_log_probs, entropy_alpha, discount: float):
+    """SAC's soft Bellman target ``y = r + gamma * mask * (Q'(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi``."""
+    return rewards + discount * masks * (next_q - entropy_alpha * next_log_probs)
 
 
 def soft_update(target_params, online_params, tau: float):

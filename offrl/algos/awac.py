@@ -32,7 +32,7 @@ import optax
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
+from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
 from offrl.nets import EnsembleCritic, GaussianActor, gaussian_log_prob
 
 
@@ -69,33 +69,13 @@ class Agent(flax.struct.PyTreeNode):
 
 
 # ---------------------------------------------------------------------- losses
-def advantage_weights(advantages: jax.Array, lam: float, normalize: bool = True,
-                      max_weight: float = 100.0) -> jax.Array:
-    """AWAC's weights ``w_i`` of ``log pi(a_i|s_i)``, as constants (no gradient).
-
-    ``normalize=True``: ``w_i = B * exp(A_i / lam) / sum_j exp(A_j / lam)`` (mean 1 over the batch).
-    ``normalize=False``: ``w_i = min(exp(A_i / lam), max_weight)``.
-    """
-    advantages = jax.lax.stop_gradient(advantages)
-    if normalize:
-        return advantages.shape[0] * jax.nn.softmax(advantages / lam)
-    return jnp.minimum(jnp.exp(advantages / lam), max_weight)
-
-
-def weighted_log_likelihood_loss(log_probs: jax.Array, weights: jax.Array) -> jax.Array:
-    """``L = -mean_i w_i log pi(a_i|s_i)`` with the weights treated as constants."""
-    return -jnp.mean(jax.lax.stop_gradient(weights) * log_probs)
-
-
-def critic_loss(params, agent: Agent, batch: Batch, target: jax.Array):
-    q = agent.critic.apply_fn(params, batch.observations, batch.actions)
-    return losses.td_loss(q, target), {"q": q.mean()}
+critic_loss = td_critic_loss
 
 
 def actor_loss(params, agent: Agent, batch: Batch, weights: jax.Array):
     mean, log_std = agent.actor.apply_fn(params, batch.observations)
     log_probs = gaussian_log_prob(mean, log_std, batch.actions)
-    return weighted_log_likelihood_loss(log_probs, weights), {"log_prob": log_probs.mean()}
+    return losses.weighted_nll(log_probs, weights), {"log_prob": log_probs.mean()}
 
 
 def sample_actions(key, mean, log_std):
@@ -122,7 +102,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
         agent.critic.params, jnp.concatenate([batch.observations, batch.observations]),
         jnp.concatenate([batch.actions, pi_actions])).min(0)
     advantages = q_both[:batch_size] - q_both[batch_size:]
-    weights = advantage_weights(advantages, cfg.lam, cfg.normalize_weights, cfg.max_weight)
+    weights = losses.advantage_weights(advantages, 1.0 / cfg.lam, cfg.max_weight, normalize_over_batch=cfg.normalize_weights)
 
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, weights)
@@ -141,8 +121,7 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
     return mean
 
 
-def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Array:
-    return agent.critic.apply_fn(agent.critic.params, observations, actions).min(0)
+q_value = min_q_value
 
 
 # ---------------------------------------------------------------------- create

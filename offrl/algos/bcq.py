@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
+from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
 from offrl.nets import MLP, VAE, EnsembleCritic
 
 
@@ -109,9 +109,7 @@ def vae_loss(params, agent: Agent, batch: Batch, key):
     return loss, {"recon": recon, "kl": kl}
 
 
-def critic_loss(params, agent: Agent, batch: Batch, target):
-    q = agent.critic.apply_fn(params, batch.observations, batch.actions)
-    return losses.td_loss(q, target), {"q": q.mean()}
+critic_loss = td_critic_loss
 
 
 def actor_loss(params, agent: Agent, batch: Batch, sampled_actions):
@@ -167,8 +165,7 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
     return best.reshape(*observations.shape[:-1], -1)
 
 
-def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Array:
-    return agent.critic.apply_fn(agent.critic.params, observations, actions).min(0)
+q_value = min_q_value
 
 
 # ---------------------------------------------------------------------- create

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+import warnings
 from typing import Any, Mapping, NamedTuple
 
 import jax
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
+from offrl import losses
 from offrl.errors import ConfigError
 
 
@@ -59,9 +61,26 @@ def apply_gradients_with_loss(state: TrainState, loss_fn, *args):
     return state.apply_gradients(grads=grads), loss, aux
 
 
-def clip_advantages_for_weight(advantages, beta: float, max_weight: float):
-    """``min(A, log(max_weight) / beta)``, so that ``exp(beta * A) <= max_weight``."""
-    return jnp.minimum(advantages, jnp.log(max_weight) / beta)
+def scalar_train_state(initial_value: float, learning_rate: float) -> TrainState:
+    """An Adam ``TrainState`` over one learned scalar ``{"value": log(initial_value)}`` (SAC's and
+    CQL's ``log entropy_alpha``, CQL's Lagrange multiplier); ``apply_fn(params)`` returns it."""
+    value = jnp.log(jnp.asarray(initial_value, jnp.float32))
+    return TrainState.create(apply_fn=lambda params: params["value"], params={"value": value},
+                             tx=optax.adam(learning_rate))
+
+
+# ---------------------------------------------------------------------- shared critic pieces
+def min_q_value(agent, observations: jax.Array, actions: jax.Array) -> jax.Array:
+    """``min_k Q_k(s, a)`` of an agent whose ``critic`` is an :class:`offrl.nets.EnsembleCritic`
+    (the ``q_value`` of every algorithm with a clipped double-Q critic)."""
+    return agent.critic.apply_fn(agent.critic.params, observations, actions).min(0)
+
+
+def td_critic_loss(params, agent, batch: Batch, target: jax.Array):
+    """``sum_k mean_i (Q_k(s_i, a_i) - y_i)^2`` (:func:`offrl.losses.td_loss`) for the agent's
+    ensemble critic at ``params``; ``target`` is built by the caller from its target networks."""
+    q = agent.critic.apply_fn(params, batch.observations, batch.actions)
+    return losses.td_loss(q, target), {"q": q.mean()}
 
 
 # ---------------------------------------------------------------------- configs
@@ -111,11 +130,22 @@ def apply_overrides(config, overrides: Mapping[str, Any] | None):
     hints = typing.get_type_hints(type(config))
     changes = {}
     for name, value in overrides.items():
-        key = name.replace("-", "_")
+        key = renamed_field(type(config), name.replace("-", "_"))
         if key not in fields:
             raise ConfigError(f"unknown config field '{name}' for {type(config).__module__.split('.')[-1]}; valid fields: {', '.join(fields)}.")
         changes[key] = _convert(value, hints.get(key, fields[key].type), key)
     return dataclasses.replace(config, **changes)
+
+
+def renamed_field(config_cls, name: str) -> str:
+    """The current name of a config field: old names listed in ``Config.RENAMED`` (``{old: new}``)
+    are accepted for one release, with a :class:`FutureWarning`."""
+    new = getattr(config_cls, "RENAMED", {}).get(name)
+    if new is None:
+        return name
+    warnings.warn(f"config field '{name}' is now called '{new}'; the old name will stop working in the next release.",
+                  FutureWarning, stacklevel=3)
+    return new
 
 
 def config_to_dict(config) -> dict:
@@ -128,6 +158,7 @@ def config_to_dict(config) -> dict:
 
 def config_from_dict(config_cls, data: Mapping[str, Any]):
     """Rebuild a config from :func:`config_to_dict`'s JSON form (lists back to tuples)."""
+    data = {renamed_field(config_cls, k): v for k, v in data.items()}
     kwargs = {}
     for f in dataclasses.fields(config_cls):
         if f.name in data:

@@ -39,15 +39,15 @@ critic's estimate is unchecked. The Lagrangian variant
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import flax
 import jax
 import jax.numpy as jnp
-import optax
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
+from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, scalar_train_state
 from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_log_prob, tanh_gaussian_sample
 
 
@@ -57,7 +57,7 @@ class Config:
 
     actor_lr: float = 1e-4          #: Adam learning rate of the policy (paper: 1e-4)
     critic_lr: float = 3e-4         #: Adam learning rate of the critics (paper: 3e-4)
-    temperature_lr: float = 1e-4    #: Adam learning rate of log(entropy temperature)
+    entropy_alpha_lr: float = 1e-4  #: Adam learning rate of log(entropy_alpha), SAC's entropy coefficient
     hidden_dims: tuple[int, ...] = (256, 256, 256)  #: MLP widths (author code: 3 x 256)
     discount: float = 0.99          #: gamma
     tau: float = 0.005              #: Polyak rate of the target critics
@@ -65,12 +65,12 @@ class Config:
     batch_size: int = 256           #: minibatch size
     cql_alpha: float = 5.0          #: weight of the conservative penalty (min_q_weight, Gym: 5)
     n_actions: int = 10             #: sampled actions per source for the log-sum-exp
-    cql_temperature: float = 1.0    #: temperature of the log-sum-exp
+    logsumexp_temperature: float = 1.0  #: T of the penalty's soft maximum T log sum exp(Q / T)
     importance_sampling: bool = True  #: subtract log mu(a) (CQL(H) with importance correction)
     lagrange: bool = False          #: tune the penalty weight by dual gradient descent
     target_action_gap: float = 10.0  #: tau of the Lagrangian variant
     cql_alpha_lr: float = 3e-4      #: Adam learning rate of log alpha' (Lagrangian variant)
-    initial_temperature: float = 1.0  #: initial entropy temperature
+    initial_entropy_alpha: float = 1.0  #: SAC's entropy coefficient alpha at the start (tuned automatically)
     target_entropy: float | None = None  #: None: -action_dim
     bc_warmup_steps: int = 40_000   #: actor clones the data first (policy_eval_start, author code)
     bc_action_eps: float = 1e-2     #: warm-up likelihood clips data actions to [-1+eps, 1-eps] before atanh
@@ -78,20 +78,19 @@ class Config:
     reward_scaling: str = "none"    #: "none", "returns" or a number
     reward_bias: float = 0.0        #: added to rewards after scaling
 
+    RENAMED: ClassVar[dict[str, str]] = {"temperature_lr": "entropy_alpha_lr", "cql_temperature": "logsumexp_temperature",
+                                         "initial_temperature": "initial_entropy_alpha"}
+
 
 class Agent(flax.struct.PyTreeNode):
     actor: TrainState
     critic: TrainState
     target_critic_params: dict
-    log_temperature: TrainState
+    log_entropy_alpha: TrainState
     log_cql_alpha: TrainState
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
-
-
-def _scalar_apply(params):
-    return params["value"]
 
 
 def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
@@ -100,14 +99,12 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
     actor_net = GaussianActor(action_dim, config.hidden_dims, tanh_squash=True, state_dependent_std=True)
     critic_net = EnsembleCritic(config.hidden_dims, num_qs=config.num_qs)
     critic_params = critic_net.init(critic_key, obs, act)
-    log_temp = {"value": jnp.log(jnp.asarray(config.initial_temperature, jnp.float32))}
     return Agent(
         actor=make_train_state(actor_net, actor_net.init(actor_key, obs), config.actor_lr),
         critic=make_train_state(critic_net, critic_params, config.critic_lr),
         target_critic_params=critic_params,
-        log_temperature=TrainState.create(apply_fn=_scalar_apply, params=log_temp, tx=optax.adam(config.temperature_lr)),
-        log_cql_alpha=TrainState.create(apply_fn=_scalar_apply, params={"value": jnp.zeros((), jnp.float32)},
-                                        tx=optax.adam(config.cql_alpha_lr)),
+        log_entropy_alpha=scalar_train_state(config.initial_entropy_alpha, config.entropy_alpha_lr),
+        log_cql_alpha=scalar_train_state(1.0, config.cql_alpha_lr),
         rng=rng,
         step=jnp.zeros((), jnp.int32),
         config=config,
@@ -126,7 +123,7 @@ def critic_loss(params, agent: Agent, batch: Batch, target, ood_actions, ood_log
     if not cfg.importance_sampling:
         q_ood = jnp.concatenate([q_ood, q_data[:, :, None]], axis=-1)
         ood_log_densities = jnp.zeros(q_ood.shape[1:])
-    lse = losses.importance_logsumexp(q_ood, ood_log_densities, cfg.cql_temperature)
+    lse = losses.importance_logsumexp(q_ood, ood_log_densities, cfg.logsumexp_temperature)
     gaps = jnp.stack([losses.cql_penalty(lse[k], q_data[k]) for k in range(cfg.num_qs)])
     td = losses.td_loss(q_data, target)
     if cfg.lagrange:
@@ -140,17 +137,17 @@ def critic_loss(params, agent: Agent, batch: Batch, target, ood_actions, ood_log
 def actor_loss(params, agent: Agent, batch: Batch, key):
     mean, log_std = agent.actor.apply_fn(params, batch.observations)
     actions, log_probs = tanh_gaussian_sample(key, mean, log_std)
-    temperature = jnp.exp(agent.log_temperature.params["value"])
-    q = agent.critic.apply_fn(agent.critic.params, batch.observations, actions).min(0)
-    sac = losses.sac_actor_loss(q, log_probs, temperature)
-    bc = jnp.mean(jax.lax.stop_gradient(temperature) * log_probs) + losses.bc_nll(
+    entropy_alpha = jnp.exp(agent.log_entropy_alpha.params["value"])
+    q = min_q_value(agent, batch.observations, actions)
+    sac = losses.sac_actor_loss(q, log_probs, entropy_alpha)
+    bc = jnp.mean(jax.lax.stop_gradient(entropy_alpha) * log_probs) + losses.bc_nll(
         tanh_gaussian_log_prob(mean, log_std, batch.actions, eps=agent.config.bc_action_eps))
     loss = jnp.where(agent.step < agent.config.bc_warmup_steps, bc, sac)
     return loss, {"log_probs": log_probs}
 
 
-def temperature_loss(params, log_probs, target_entropy):
-    return losses.temperature_loss(params["value"], log_probs, target_entropy), {}
+def entropy_alpha_loss(params, log_probs, target_entropy):
+    return losses.entropy_alpha_loss(params["value"], log_probs, target_entropy), {}
 
 
 def cql_alpha_loss(params, agent: Agent, gaps):
@@ -189,19 +186,19 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target,
                                                       ood_actions, ood_log_densities)
     target_entropy = -batch.actions.shape[-1] if cfg.target_entropy is None else cfg.target_entropy
-    log_temperature, t_loss, _ = apply_gradients_with_loss(agent.log_temperature, temperature_loss,
-                                                           a_aux["log_probs"], target_entropy)
+    log_entropy_alpha, t_loss, _ = apply_gradients_with_loss(agent.log_entropy_alpha, entropy_alpha_loss,
+                                                             a_aux["log_probs"], target_entropy)
     log_cql_alpha = agent.log_cql_alpha
     if cfg.lagrange:
         gaps = jnp.full((cfg.num_qs,), c_aux["cql_gap"])
         log_cql_alpha, _, _ = apply_gradients_with_loss(agent.log_cql_alpha, cql_alpha_loss, agent, gaps)
     agent = agent.replace(
-        actor=actor, critic=critic, log_temperature=log_temperature, log_cql_alpha=log_cql_alpha,
+        actor=actor, critic=critic, log_entropy_alpha=log_entropy_alpha, log_cql_alpha=log_cql_alpha,
         target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, cfg.tau),
         rng=rng, step=agent.step + 1,
     )
-    metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "temperature_loss": t_loss,
-               "temperature": jnp.exp(log_temperature.params["value"]), "entropy": -a_aux["log_probs"].mean(),
+    metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "entropy_alpha_loss": t_loss,
+               "entropy_alpha": jnp.exp(log_entropy_alpha.params["value"]), "entropy": -a_aux["log_probs"].mean(),
                "cql_alpha": jnp.exp(log_cql_alpha.params["value"]), **c_aux}
     return agent, metrics
 
@@ -211,5 +208,4 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
     return jnp.tanh(mean)
 
 
-def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Array:
-    return agent.critic.apply_fn(agent.critic.params, observations, actions).min(0)
+q_value = min_q_value

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import flax
 import jax
@@ -23,7 +24,7 @@ import optax
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, clip_advantages_for_weight, make_train_state
+from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
 from offrl.nets import EnsembleCritic, GaussianActor, ValueNet, gaussian_log_prob
 
 
@@ -37,7 +38,7 @@ class Config:
     hidden_dims: tuple[int, ...] = (256, 256)  #: MLP widths of every network
     discount: float = 0.99          #: gamma
     expectile: float = 0.7          #: tau of the expectile value loss (0.7 for locomotion)
-    temperature: float = 3.0        #: beta, inverse temperature of the AWR weights
+    awr_inverse_temperature: float = 3.0  #: beta, inverse temperature of the AWR weights exp(beta * A) (locomotion: 3)
     max_weight: float = 100.0       #: clip of exp(beta * A)
     tau: float = 0.005              #: Polyak rate of the target critic
     num_qs: int = 2                 #: critics in the ensemble (clipped double Q: min)
@@ -47,6 +48,8 @@ class Config:
     normalize_observations: bool = False  #: z-score observations with dataset statistics
     reward_scaling: str = "returns"  #: "returns": r * 1000 / (max return - min return) (locomotion)
     reward_bias: float = 0.0        #: added to rewards after scaling (AntMaze uses -1)
+
+    RENAMED: ClassVar[dict[str, str]] = {"temperature": "awr_inverse_temperature"}
 
 
 class Agent(flax.struct.PyTreeNode):
@@ -89,16 +92,15 @@ def value_loss(params, agent: Agent, batch: Batch, target_q):
 
 
 def critic_loss(params, agent: Agent, batch: Batch, next_v):
-    q = agent.critic.apply_fn(params, batch.observations, batch.actions)
-    target = batch.rewards + agent.config.discount * batch.masks * next_v
-    return losses.td_loss(q, target), {"q": q.mean()}
+    return td_critic_loss(params, agent, batch, batch.rewards + agent.config.discount * batch.masks * next_v)
 
 
 def actor_loss(params, agent: Agent, batch: Batch, advantages):
     mean, log_std = agent.actor.apply_fn(params, batch.observations)
     log_probs = gaussian_log_prob(mean, log_std, batch.actions)
-    clipped = clip_advantages_for_weight(advantages, agent.config.temperature, agent.config.max_weight)
-    return losses.awr_loss(log_probs, clipped, agent.config.temperature), {"log_prob": log_probs.mean()}
+    cfg = agent.config
+    weights = losses.advantage_weights(advantages, cfg.awr_inverse_temperature, cfg.max_weight)
+    return losses.weighted_nll(log_probs, weights), {"log_prob": log_probs.mean()}
 
 
 # ---------------------------------------------------------------------- update
@@ -125,5 +127,4 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
     return mean
 
 
-def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Array:
-    return agent.critic.apply_fn(agent.critic.params, observations, actions).min(0)
+q_value = min_q_value

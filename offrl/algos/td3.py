@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
+from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
 from offrl.nets import DeterministicActor, EnsembleCritic
 
 
@@ -80,9 +80,7 @@ def create(config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
 
 
 # ---------------------------------------------------------------------- losses
-def critic_loss(params, agent: Agent, batch: Batch, target):
-    q = agent.critic.apply_fn(params, batch.observations, batch.actions)
-    return losses.td_loss(q, target), {"q": q.mean()}
+critic_loss = td_critic_loss
 
 
 def first_critic(agent: Agent, observations, actions):
@@ -134,5 +132,4 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
     return agent.actor.apply_fn(agent.actor.params, observations)
 
 
-def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Array:
-    return agent.critic.apply_fn(agent.critic.params, observations, actions).min(0)
+q_value = min_q_value

@@ -7,34 +7,35 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from offrl import losses
 from offrl.algos import awac
 from offrl.algos.common import Batch
 
 
 def test_normalized_weights_are_batch_softmax_times_batch_size():
     # A = [0, ln 2], lambda = 1: softmax = [1/3, 2/3], times B = 2 -> [2/3, 4/3].
-    w = awac.advantage_weights(jnp.array([0.0, math.log(2.0)]), lam=1.0)
+    w = losses.advantage_weights(jnp.array([0.0, math.log(2.0)]), 1.0, normalize_over_batch=True)
     np.testing.assert_allclose(w, [2 / 3, 4 / 3], rtol=1e-6)
     # lambda divides the advantage: A = [0, 2 ln 2] with lambda = 2 gives the same weights.
-    w2 = awac.advantage_weights(jnp.array([0.0, 2 * math.log(2.0)]), lam=2.0)
+    w2 = losses.advantage_weights(jnp.array([0.0, 2 * math.log(2.0)]), 1.0 / 2.0, normalize_over_batch=True)
     np.testing.assert_allclose(w2, w, rtol=1e-6)
     # Shifting every advantage by a constant does not change normalised weights (no overflow at 1000).
-    w3 = awac.advantage_weights(jnp.array([1000.0, 1000.0 + math.log(2.0)]), lam=1.0)
+    w3 = losses.advantage_weights(jnp.array([1000.0, 1000.0 + math.log(2.0)]), 1.0, normalize_over_batch=True)
     np.testing.assert_allclose(w3, w, rtol=1e-4)  # float32 rounding of 1000 + ln 2
 
 
 def test_unnormalized_weights_are_clipped_exponentials():
-    w = awac.advantage_weights(jnp.log(jnp.array([1.0, 2.0, 4.0])), lam=1.0, normalize=False, max_weight=1.5)
+    w = losses.advantage_weights(jnp.log(jnp.array([1.0, 2.0, 4.0])), 1.0, max_weight=1.5)
     np.testing.assert_allclose(w, [1.0, 1.5, 1.5], rtol=1e-6)
 
 
 def test_weighted_log_likelihood_loss_value_and_constant_weights():
     log_probs, weights = jnp.array([-1.0, -2.0]), jnp.array([0.5, 1.5])
     # -mean(0.5 * -1, 1.5 * -2) = -(-0.5 - 3) / 2 = 1.75
-    assert float(awac.weighted_log_likelihood_loss(log_probs, weights)) == pytest.approx(1.75)
-    grad_w = jax.grad(awac.weighted_log_likelihood_loss, argnums=1)(log_probs, weights)
+    assert float(losses.weighted_nll(log_probs, weights)) == pytest.approx(1.75)
+    grad_w = jax.grad(losses.weighted_nll, argnums=1)(log_probs, weights)
     np.testing.assert_array_equal(grad_w, 0.0)
-    grad_lp = jax.grad(awac.weighted_log_likelihood_loss)(log_probs, weights)
+    grad_lp = jax.grad(losses.weighted_nll)(log_probs, weights)
     np.testing.assert_allclose(grad_lp, [-0.25, -0.75])
 
 

@@ -132,7 +132,7 @@ def test_actor_clones_the_data_during_warm_up_and_follows_q_after():
 
 
 BANDIT = cql.Config(hidden_dims=(32, 32), batch_size=128, actor_lr=1e-3, critic_lr=1e-3,
-                    temperature_lr=1e-3, bc_warmup_steps=50, n_actions=4)
+                    entropy_alpha_lr=1e-3, bc_warmup_steps=50, n_actions=4)
 
 
 def test_cql_learns_the_best_action_of_a_bandit():

@@ -71,11 +71,11 @@ def test_td3_bc_actor_loss_normalises_q():
     assert float(losses.td3_bc_actor_loss(q, pi, a, 2.5)) == pytest.approx(2.5 / 3 + 0.5)
 
 
-def test_sac_actor_and_temperature_losses():
+def test_sac_actor_and_entropy_alpha_losses():
     q, logp = jnp.array([1.0, 2.0]), jnp.array([-1.0, -3.0])
     assert float(losses.sac_actor_loss(q, logp, jnp.array(0.5))) == pytest.approx(-2.5)
     # -mean(0.5 * (logp + (-1))) = -mean(0.5 * [-2, -4]) = 1.5
-    assert float(losses.temperature_loss(jnp.array(0.5), logp, -1.0)) == pytest.approx(1.5)
+    assert float(losses.entropy_alpha_loss(jnp.array(0.5), logp, -1.0)) == pytest.approx(1.5)
 
 
 def test_soft_update_is_polyak_average():
