@@ -107,7 +107,6 @@ class OffrlSide:
 
     def __init__(self, name: str, data: dict[str, np.ndarray], chunk: int):
         import jax
-        import jax.numpy as jnp
 
         from offrl import engine
         from offrl.algos import get_algorithm
@@ -117,13 +116,11 @@ class OffrlSide:
         self.config = apply_overrides(self.module.Config(), OFFRL_OVERRIDES[name])
         if getattr(self.config, "schedule_steps", 0) is None:
             self.config = apply_overrides(self.config, {"schedule_steps": 1_000_000})
-        self.data = {
-            "observations": jnp.asarray(data["observations"]),
-            "actions": jnp.asarray(data["actions"]),
-            "rewards": jnp.asarray(data["rewards"]),
-            "next_observations": jnp.asarray(data["next_observations"]),
-            "masks": jnp.asarray(1.0 - data["terminals"].astype(np.float32)),
-        }
+        from offrl.data import Dataset
+
+        dataset = Dataset.from_arrays(data["observations"], data["actions"], data["rewards"], data["terminals"],
+                                      data["timeouts"], next_observations=data["next_observations"])
+        self.data, _ = engine.prepare_data(dataset, self.config, None, self.module)  # the training path
         self.agents, self.data_keys = engine.create_agents(self.module, self.config, OBS_DIM, ACTION_DIM, 0, 1)
         self.trainer = engine.Trainer(self.module, self.config.batch_size, 1)
         self.chunk = chunk
@@ -149,8 +146,7 @@ class OffrlSide:
         from offrl.algos.common import Batch
 
         agent = jax.tree_util.tree_map(lambda x: x[0], self.agents)
-        batch = Batch(*(self.data[k][:BATCH_SIZE] for k in ("observations", "actions", "rewards",
-                                                            "next_observations", "masks")))
+        batch = Batch.from_rows({k: v[:BATCH_SIZE] for k, v in self.data.items()})
         analysis = jax.jit(self.module.update).lower(agent, batch).compile().cost_analysis()
         if isinstance(analysis, (list, tuple)):
             analysis = analysis[0]

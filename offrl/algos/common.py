@@ -37,7 +37,8 @@ class Batch(NamedTuple):
     """A minibatch of transitions (arrays on the device).
 
     ``actions`` are in ``[-1, 1]``; ``masks = 1 - terminals`` (timeouts still bootstrap);
-    ``rewards`` are already scaled by the engine.
+    ``rewards`` are already scaled by the engine. ``extras`` holds the arrays an algorithm asked
+    for through its ``extra_arrays`` hook (e.g. Cal-QL's ``mc_returns``), by name.
     """
 
     observations: jax.Array       # (B, obs_dim)
@@ -45,6 +46,13 @@ class Batch(NamedTuple):
     rewards: jax.Array            # (B,)
     next_observations: jax.Array  # (B, obs_dim)
     masks: jax.Array              # (B,)
+    extras: Mapping[str, jax.Array] = {}
+
+    @classmethod
+    def from_rows(cls, rows: Mapping[str, jax.Array]) -> "Batch":
+        """The five transition fields from ``rows``, every other key into ``extras``."""
+        fields = cls._fields[:-1]
+        return cls(*(rows[k] for k in fields), extras={k: v for k, v in rows.items() if k not in fields})
 
 
 def make_train_state(module, params, learning_rate, max_grad_norm: float | None = None) -> TrainState:

@@ -139,8 +139,14 @@ def atomic_output_file(path: Path):
 
 
 # ---------------------------------------------------------------------- action bounds
-def action_bounds(ds: Dataset):
-    """``(low, high)`` from metadata ``action_low``/``action_high`` or the env's action space; else ``None``."""
+def action_bounds(ds: Dataset, env_id: str | None = None, from_data: bool = False):
+    """The action box ``(low, high)`` of a dataset: the one rule the doctor and the engine share.
+
+    In order of precedence: the metadata's ``action_low``/``action_high``; the action space of
+    ``env_id`` (or of the metadata's ``env_id``) when it is a Box of the data's action shape;
+    then, with ``from_data`` (the engine must rescale actions somehow), ``[-1, 1]`` when every
+    action lies inside it, else the data's per-dimension min and max. ``None`` when unknown.
+    """
     md = ds.metadata
     if "action_low" in md and "action_high" in md:
         try:
@@ -149,9 +155,21 @@ def action_bounds(ds: Dataset):
             return low, high
         except (ValueError, TypeError):
             raise DatasetError(f"{ds.source}: metadata 'action_low'/'action_high' do not match the action shape {ds.actions.shape[1:]}; fix or remove them.") from None
-    env_id = md.get("env_id")
-    if not env_id:
+    env_id = env_id or md.get("env_id")
+    if env_id:
+        box = _env_action_box(env_id, ds.actions.shape[1:])
+        if box is not None:
+            return box
+    if not from_data:
         return None
+    acts = ds.actions.reshape(len(ds), -1)
+    if acts.size and acts.min() >= -1.0 and acts.max() <= 1.0:
+        return -np.ones(acts.shape[1]), np.ones(acts.shape[1])
+    low, high = acts.min(0).astype(np.float64), acts.max(0).astype(np.float64)
+    return low, np.where(high > low, high, low + 1.0)
+
+
+def _env_action_box(env_id: str, shape):
     try:
         import gymnasium as gym
 
@@ -160,7 +178,7 @@ def action_bounds(ds: Dataset):
         env = gym.make(env_id)
         space = env.action_space
         env.close()
-        if isinstance(space, gym.spaces.Box) and space.shape == ds.actions.shape[1:]:
+        if isinstance(space, gym.spaces.Box) and space.shape == tuple(shape):
             return space.low.astype(np.float64), space.high.astype(np.float64)
     except Exception:  # an env that cannot be built here: bounds unknown, not an error
         return None

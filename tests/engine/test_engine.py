@@ -32,7 +32,7 @@ def test_scan_over_k_updates_equals_python_loop(pendulum_small):
     losses = []
     for _ in range(5):
         idx = jax.random.randint(jax.random.fold_in(data_keys[0], agent.step), (config.batch_size,), 0, n)
-        agent, m = update(agent, Batch(*(data[k][idx] for k in engine.BATCH_FIELDS)))
+        agent, m = update(agent, Batch.from_rows({k: v[idx] for k, v in data.items()}))
         losses.append(float(m["critic_loss"]))
     np.testing.assert_allclose(np.asarray(metrics["critic_loss"][0]), losses, rtol=1e-5)
     for x, y in zip(jax.tree_util.tree_leaves(scanned.critic.params), jax.tree_util.tree_leaves(agent.critic.params)):

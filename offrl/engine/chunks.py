@@ -1,0 +1,125 @@
+"""Compiled chunks: ``lax.scan`` over updates, ``vmap`` over seeds, data resident on the device.
+
+One call of the jitted chunk function runs ``num_steps`` updates for every seed::
+
+    for step in range(num_steps):                       # lax.scan
+        key   = fold_in(data_key[seed], agent.step)       # sampling key derived from the state
+        batch = sample(data, key, batch_size)             # the algorithm's sampler, on the device
+        agent, metrics = algo.update(agent, batch)
+
+so Python runs once per chunk and the only host transfer is the chunk's stacked metrics.
+Because the sampling key depends on ``agent.step`` only, a run resumed from a checkpoint
+draws exactly the minibatches the uninterrupted run would have drawn, and on CPU reproduces
+its parameters bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from offrl.engine.data import sampler
+
+_CHUNK_FNS: dict[tuple, Any] = {}
+
+
+def make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
+    """``chunk(agents, data_keys, data) -> (agents, metrics)``: ``num_steps`` scanned updates.
+
+    ``metrics[name]`` has shape ``(seeds, num_steps)`` (``(num_steps,)`` unvmapped). The
+    jitted function is cached, so runs with the same algorithm and shapes in one process
+    compile once.
+    """
+    cache_key = (module.__name__, num_steps, batch_size, vmap_seeds)
+    if cache_key not in _CHUNK_FNS:
+        _CHUNK_FNS[cache_key] = _make_chunk_fn(module, num_steps, batch_size, vmap_seeds)
+    return _CHUNK_FNS[cache_key]
+
+
+def scan_updates(module, agent, data_key, data, num_steps: int, batch_size: int):
+    """``num_steps`` updates of one agent in a ``lax.scan`` (traceable; the body of every chunk)."""
+    import jax
+
+    sample = sampler(module)
+
+    def body(agent, _):
+        batch = sample(data, jax.random.fold_in(data_key, agent.step), batch_size)
+        return module.update(agent, batch)
+
+    return jax.lax.scan(body, agent, None, length=num_steps)
+
+
+def vmap_over_seeds(fn):
+    """``wrapped(agents, per_seed, shared)`` calls ``fn(agent, *per_seed, *shared)`` vmapped over
+    the seed-stacked ``agents`` and the tuple ``per_seed`` of batched arguments; ``shared`` (a
+    tuple) enters unbatched. Returns ``(agents, outputs)``, both with a leading seed axis.
+
+    Every seed is at the same step, so the step counter enters ``vmap`` unbatched: a
+    ``lax.cond`` on it inside an update (TD3's delayed actor step) then stays a real branch
+    instead of becoming a select that computes both sides for every seed.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    def wrapped(agents, per_seed: tuple, shared: tuple):
+        axes = jax.tree_util.tree_map(lambda _: 0, agents).replace(step=None)
+        out, extra = jax.vmap(lambda a, p, s: fn(a, *p, *s), in_axes=(axes, 0, None), out_axes=(axes, 0))(
+            agents.replace(step=agents.step[0]), per_seed, shared)
+        return out.replace(step=jnp.broadcast_to(out.step, agents.step.shape)), extra
+
+    return wrapped
+
+
+def _make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
+    import jax
+
+    def one_seed(agent, data_key, data):
+        return scan_updates(module, agent, data_key, data, num_steps, batch_size)
+
+    if not vmap_seeds:
+        return jax.jit(one_seed)
+    seeds_fn = vmap_over_seeds(one_seed)
+    return jax.jit(lambda agents, data_keys, data: seeds_fn(agents, (data_keys,), (data,)))
+
+
+def create_agents(module, config, obs_dim: int, action_dim: int, seed: int, seeds: int):
+    """``(agents, data_keys)`` stacked over ``seeds``: seed ``i`` uses ``fold_in(PRNGKey(seed), i)``."""
+    import jax
+
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(np.arange(seeds))
+    init_keys, data_keys = jax.vmap(lambda k: jax.random.split(k, 2))(keys).swapaxes(0, 1)
+    agents = jax.vmap(lambda k: module.create(config, obs_dim, action_dim, k))(init_keys)
+    return agents, data_keys
+
+
+def unstack(tree, index: int = 0):
+    """Seed ``index`` of a seed-stacked pytree."""
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: x[index], tree)
+
+
+def stack(tree):
+    """A one-seed pytree with a leading seed axis of length 1."""
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: x[None], tree)
+
+
+class Trainer:
+    """Runs scanned chunks for all seeds (vmapped with the shared step counter unbatched; plain
+    when there is one seed)."""
+
+    def __init__(self, module, batch_size: int, seeds: int):
+        self.module, self.batch_size, self.seeds = module, batch_size, seeds
+        self._fns: dict[int, Any] = {}
+
+    def run(self, agents, data_keys, data, num_steps: int):
+        fn = self._fns.get(num_steps)
+        if fn is None:
+            fn = self._fns[num_steps] = make_chunk_fn(self.module, num_steps, self.batch_size, self.seeds > 1)
+        if self.seeds > 1:
+            return fn(agents, data_keys, data)
+        agent, metrics = fn(unstack(agents), data_keys[0], data)
+        return stack(agent), stack(metrics)

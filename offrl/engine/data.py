@@ -1,0 +1,139 @@
+"""Data preparation: a dataset becomes a dict of device arrays in the agent's units.
+
+The engine puts ``observations, actions, rewards, next_observations, masks`` on the device
+(actions rescaled into ``[-1, 1]`` by the dataset's action box, optional observation and reward
+scaling), plus whatever the algorithm asks for through its module's optional hook::
+
+    extra_arrays(dataset, info, config) -> dict[str, np.ndarray]    # one row per transition
+
+(e.g. Cal-QL's ``mc_returns``). Minibatches are drawn on the device by the module's optional
+``sample(data, key, batch_size)``, by default :func:`sample_transitions`: i.i.d. rows,
+``tree_map(lambda x: x[idx], data)``, returned as a :class:`offrl.algos.common.Batch` whose
+``extras`` carry the algorithm's own arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from offrl.errors import ConfigError
+
+#: the arrays every transition-based algorithm gets.
+TRANSITION_KEYS = ("observations", "actions", "rewards", "next_observations", "masks")
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    """How raw env quantities map to the agent's: everything needed to deploy the policy.
+
+    ``obs_agent = (obs - obs_mean) / obs_std``; ``action_env = low + (a + 1) / 2 * (high - low)``;
+    ``reward_agent = reward_scale * r + reward_bias``.
+    """
+
+    obs_dim: int
+    action_dim: int
+    obs_mean: list
+    obs_std: list
+    action_low: list
+    action_high: list
+    reward_scale: float = 1.0
+    reward_bias: float = 0.0
+    env_id: str | None = None
+
+    def normalize(self, obs):
+        return (np.asarray(obs, np.float32) - np.asarray(self.obs_mean, np.float32)) / np.asarray(self.obs_std, np.float32)
+
+    def to_env_action(self, actions):
+        low, high = np.asarray(self.action_low, np.float32), np.asarray(self.action_high, np.float32)
+        return low + (np.clip(actions, -1.0, 1.0) + 1.0) * 0.5 * (high - low)
+
+    def to_agent_action(self, actions):
+        low, high = np.asarray(self.action_low, np.float32), np.asarray(self.action_high, np.float32)
+        return np.clip(2.0 * (np.asarray(actions, np.float32) - low) / (high - low) - 1.0, -1.0, 1.0)
+
+    def scale_rewards(self, rewards):
+        return (np.asarray(rewards, np.float32) * self.reward_scale + self.reward_bias).astype(np.float32)
+
+
+def reward_scale(dataset, scaling) -> float:
+    """The multiplier of a config's ``reward_scaling``: ``"none"``, ``"returns"`` (``1000 / (max
+    episode return - min episode return)``, IQL's locomotion choice) or a number."""
+    scaling = "none" if scaling is None else str(scaling).lower()
+    if scaling in ("none", "", "1", "1.0"):
+        return 1.0
+    if scaling == "returns":
+        returns = dataset.episode_returns()
+        spread = float(returns.max() - returns.min()) if len(returns) else 0.0
+        return 1000.0 / spread if spread > 0 else 1.0
+    try:
+        return float(scaling)
+    except ValueError:
+        raise ConfigError(f"config field 'reward_scaling' is {scaling!r}; use 'none', 'returns' or a number.") from None
+
+
+def data_info(dataset, config, env_id: str | None = None) -> DataInfo:
+    """The :class:`DataInfo` of ``dataset`` under ``config``'s data options."""
+    from offrl.data.checks import action_bounds
+
+    low, high = action_bounds(dataset, env_id, from_data=True)
+    obs_dim = int(np.prod(dataset.observations.shape[1:]))
+    if getattr(config, "normalize_observations", False):
+        mean, std = (x.reshape(-1) for x in dataset.observation_stats())
+    else:
+        mean, std = np.zeros(obs_dim, np.float32), np.ones(obs_dim, np.float32)
+    return DataInfo(obs_dim, int(np.prod(dataset.actions.shape[1:])), mean.tolist(), std.tolist(),
+                    np.asarray(low, np.float32).tolist(), np.asarray(high, np.float32).tolist(),
+                    reward_scale(dataset, getattr(config, "reward_scaling", "none")),
+                    float(getattr(config, "reward_bias", 0.0)), env_id)
+
+
+def prepare_data(dataset, config, env_id: str | None = None, module=None):
+    """``(device_arrays, DataInfo)``: the transition arrays in agent units, plus ``module``'s
+    ``extra_arrays`` when it defines them."""
+    import jax.numpy as jnp
+
+    info = data_info(dataset, config, env_id)
+    n = len(dataset)
+    normalize = bool(getattr(config, "normalize_observations", False))
+    mean, std = np.asarray(info.obs_mean, np.float32), np.asarray(info.obs_std, np.float32)
+
+    # One key at a time, so that at most one host temporary exists beside the device copies.
+    def observations(x):
+        x = x.reshape(n, -1).astype(np.float32, copy=False)
+        return (x - mean) / std if normalize else x
+
+    makers = {
+        "observations": lambda: observations(dataset.observations),
+        "actions": lambda: info.to_agent_action(dataset.actions.reshape(n, -1)),
+        "rewards": lambda: info.scale_rewards(dataset.rewards),
+        "next_observations": lambda: observations(dataset.next_observations),
+        "masks": lambda: 1.0 - dataset.terminals.astype(np.float32),
+    }
+    data = {k: jnp.asarray(make(), dtype=jnp.float32) for k, make in makers.items()}
+    extra = getattr(module, "extra_arrays", None)
+    if extra is not None:
+        for key, value in extra(dataset, info, config).items():
+            if key in data:
+                raise ConfigError(f"{module.__name__}.extra_arrays returned '{key}', which the engine already provides.")
+            value = np.asarray(value)
+            if value.shape[0] != n:
+                raise ConfigError(f"{module.__name__}.extra_arrays['{key}'] has {value.shape[0]} rows; the dataset has {n}.")
+            data[key] = jnp.asarray(value)
+    return data, info
+
+
+def sample_transitions(data: dict, key, batch_size: int):
+    """``batch_size`` i.i.d. rows of every array in ``data`` as a :class:`Batch` (the default sampler)."""
+    import jax
+
+    from offrl.algos.common import Batch
+
+    idx = jax.random.randint(key, (batch_size,), 0, data["rewards"].shape[0])
+    return Batch.from_rows(jax.tree_util.tree_map(lambda x: x[idx], data))
+
+
+def sampler(module):
+    """The module's ``sample(data, key, batch_size)``, or :func:`sample_transitions`."""
+    return getattr(module, "sample", sample_transitions)
