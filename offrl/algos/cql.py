@@ -34,6 +34,11 @@ ranks actions like the controller at data states and the policy follows it, swin
 up, then keeps accelerating into full rotations, states the data never visits, where the
 critic's estimate is unchecked. The Lagrangian variant
 (``lagrange=True``) tunes alpha towards a target gap instead.
+
+Offline->online options: ``calibrated`` is Cal-QL (:mod:`offrl.algos.cal_ql`: the policy-action
+terms of ``lse`` use ``max(Q(s, a_pi), V_mu(s))`` with the data's Monte-Carlo return ``V_mu``);
+``cql_alpha_decay`` multiplies the penalty weight by ``exp(-lambda (t - t_0))`` after
+``decay_start_step`` (``offrl finetune --alpha-decay``).
 """
 
 from __future__ import annotations
@@ -77,6 +82,9 @@ class Config:
     normalize_observations: bool = False  #: z-score observations with dataset statistics
     reward_scaling: str = "none"    #: "none", "returns" or a number
     reward_bias: float = 0.0        #: added to rewards after scaling
+    calibrated: bool = False        #: Cal-QL: policy-action Q-values in the penalty lower-bounded by the data's MC return
+    cql_alpha_decay: float = 0.0    #: lambda of cql_alpha * exp(-lambda * (step - decay_start_step)) (offline->online)
+    decay_start_step: int = 0       #: the step where the decay starts (fine-tuning: the offline run's last step)
 
     RENAMED: ClassVar[dict[str, str]] = {"temperature_lr": "entropy_alpha_lr", "cql_temperature": "logsumexp_temperature",
                                          "initial_temperature": "initial_entropy_alpha"}
@@ -112,6 +120,19 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
 
 
 # ---------------------------------------------------------------------- losses
+def calibrate(q_ood: jax.Array, lower_bound: jax.Array, n_uniform: int) -> jax.Array:
+    """Cal-QL's bound (Nakamoto et al. 2023, eq. 5): the policy-action Q-values of the penalty,
+    ``q_ood[..., n_uniform:]`` (``(K, B, M)``), become ``max(Q(s, a_pi), V_mu(s))`` with
+    ``lower_bound = V_mu(s)`` (``(B,)``); the uniform actions' values are left as they are."""
+    bounded = jnp.maximum(q_ood[..., n_uniform:], lower_bound[None, :, None])
+    return jnp.concatenate([q_ood[..., :n_uniform], bounded], axis=-1)
+
+
+def penalty_weight(cfg: Config, step: jax.Array) -> jax.Array:
+    """``cql_alpha * exp(-cql_alpha_decay * max(0, step - decay_start_step))`` (constant when the decay is 0)."""
+    return cfg.cql_alpha * jnp.exp(-cfg.cql_alpha_decay * jnp.maximum(step - cfg.decay_start_step, 0))
+
+
 def critic_loss(params, agent: Agent, batch: Batch, target, ood_actions, ood_log_densities):
     """TD loss plus the CQL(H) penalty; ``ood_actions`` is ``(B, M, d)``, densities ``(B, M)``."""
     cfg = agent.config
@@ -120,6 +141,11 @@ def critic_loss(params, agent: Agent, batch: Batch, target, ood_actions, ood_log
     q_all = agent.critic.apply_fn(params, jnp.concatenate([batch.observations, obs_rep]),
                                   jnp.concatenate([batch.actions, ood_actions.reshape(B * M, d)]))
     q_data, q_ood = q_all[:, :B], q_all[:, B:].reshape(-1, B, M)
+    aux = {}
+    if cfg.calibrated:
+        lower_bound = batch.extras["mc_returns"]
+        aux["calql_bound_rate"] = jnp.mean(q_ood[..., cfg.n_actions:] < lower_bound[None, :, None])
+        q_ood = calibrate(q_ood, lower_bound, cfg.n_actions)
     if not cfg.importance_sampling:
         q_ood = jnp.concatenate([q_ood, q_data[:, :, None]], axis=-1)
         ood_log_densities = jnp.zeros(q_ood.shape[1:])
@@ -128,10 +154,10 @@ def critic_loss(params, agent: Agent, batch: Batch, target, ood_actions, ood_log
     td = losses.td_loss(q_data, target)
     if cfg.lagrange:
         cql_alpha = jnp.clip(jnp.exp(jax.lax.stop_gradient(agent.log_cql_alpha.params["value"])), 0.0, 1e6)
-        penalty = jnp.sum(cql_alpha * (cfg.cql_alpha * gaps - cfg.target_action_gap))
+        penalty = jnp.sum(cql_alpha * (penalty_weight(cfg, agent.step) * gaps - cfg.target_action_gap))
     else:
-        penalty = cfg.cql_alpha * jnp.sum(gaps)
-    return td + penalty, {"td_loss": td, "cql_gap": gaps.mean(), "q": q_data.mean(), "q_ood_lse": lse.mean()}
+        penalty = penalty_weight(cfg, agent.step) * jnp.sum(gaps)
+    return td + penalty, {"td_loss": td, "cql_gap": gaps.mean(), "q": q_data.mean(), "q_ood_lse": lse.mean(), **aux}
 
 
 def actor_loss(params, agent: Agent, batch: Batch, key):
@@ -152,7 +178,7 @@ def entropy_alpha_loss(params, log_probs, target_entropy):
 
 def cql_alpha_loss(params, agent: Agent, gaps):
     cql_alpha = jnp.clip(jnp.exp(params["value"]), 0.0, 1e6)
-    return -0.5 * jnp.sum(cql_alpha * (agent.config.cql_alpha * gaps - agent.config.target_action_gap)), {}
+    return -0.5 * jnp.sum(cql_alpha * (penalty_weight(agent.config, agent.step) * gaps - agent.config.target_action_gap)), {}
 
 
 # ---------------------------------------------------------------------- update
@@ -199,7 +225,8 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     )
     metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "entropy_alpha_loss": t_loss,
                "entropy_alpha": jnp.exp(log_entropy_alpha.params["value"]), "entropy": -a_aux["log_probs"].mean(),
-               "cql_alpha": jnp.exp(log_cql_alpha.params["value"]), **c_aux}
+               "cql_alpha": jnp.exp(log_cql_alpha.params["value"]) if cfg.lagrange else penalty_weight(cfg, agent.step - 1),
+               **c_aux}
     return agent, metrics
 
 
