@@ -53,7 +53,7 @@ def _leaves(tree):
 def test_algorithm_behaviour(name, tiny_data, tmp_path):
     module = ALGORITHMS[name]
     config = tiny_config(module)
-    data, info = engine.prepare_data(tiny_data, config)
+    data, info = engine.prepare_data(tiny_data, config, None, module)
     agents, data_keys = engine.create_agents(module, config, OBS_DIM, ACTION_DIM, seed=0, seeds=1)
     agent0 = jax.tree_util.tree_map(lambda x: x[0], agents)
 
