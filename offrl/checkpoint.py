@@ -73,6 +73,8 @@ def load_checkpoint(path: str | Path, target: Any) -> Any:
     if not path.exists():
         raise OffrlError(f"checkpoint file {path} does not exist; the run folder is incomplete.")
     raw = serialization.msgpack_restore(path.read_bytes())
+    if isinstance(target, dict) and isinstance(raw, dict):  # e.g. a fine-tuning checkpoint also holds its buffers
+        raw = {k: v for k, v in raw.items() if k in target}
     try:
         return serialization.from_state_dict(target, raw)
     except (ValueError, KeyError) as exc:

@@ -102,3 +102,41 @@ def plot_runs(runs, out: str | Path) -> list[Path]:
     plt.close(fig)
     written.append(path)
     return written
+
+
+def plot_finetune(runs, out: str | Path, offline_step: int, labels: list[str] | None = None) -> list[Path]:
+    """``finetune.png``: evaluation return across the offline/online boundary (a vertical line at
+    ``offline_step``; offline x = gradient steps, online x = offline_step + env steps), and the
+    Q-vs-return monitor continuing online. ``runs``: one fine-tuning run or a list of them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = runs if isinstance(runs, (list, tuple)) else [runs]
+    labels = labels or [_label(r) for r in runs]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    fig, (ax, ax_q) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for run, label in zip(runs, labels):
+        steps, mean, std = _by_step(run.metrics, "eval/return")
+        if len(steps):
+            color = _band(ax, steps, mean, std, label)
+            steps_q, q_mean, q_std = _by_step(run.metrics, "eval/q_overestimation")
+            if len(steps_q):
+                _band(ax_q, steps_q, q_mean, q_std, label, color=color)
+    for axis in (ax, ax_q):
+        axis.axvline(offline_step, color="black", ls=":", lw=1.2, label="online starts")
+        axis.set_xlabel("offline gradient steps, then + online env steps")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    ax.set_ylabel("evaluation return")
+    ax.set_title("Return across the offline -> online boundary")
+    ax_q.axhline(0.0, color="black", lw=0.8)
+    ax_q.set_ylabel("Q(s0, pi(s0)) - realised return")
+    ax_q.set_title("Overestimation, offline and online")
+    fig.tight_layout()
+    path = out / "finetune.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]

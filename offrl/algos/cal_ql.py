@@ -32,10 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from offrl.algos import cql
-from offrl.algos.cql import Agent, act, actor_loss, calibrate, create, critic_loss, q_value, update
+from offrl.algos.cql import Agent, act, actor_loss, calibrate, create, critic_loss, explore, q_value, update
 
-__all__ = ["Config", "Agent", "create", "update", "act", "q_value", "actor_loss", "critic_loss", "calibrate",
-           "extra_arrays"]
+__all__ = ["Config", "Agent", "create", "update", "act", "explore", "q_value", "actor_loss", "critic_loss", "calibrate",
+           "extra_arrays", "episode_extras"]
 
 
 @dataclass(frozen=True)
@@ -49,3 +49,16 @@ def extra_arrays(dataset, info, config) -> dict[str, np.ndarray]:
     """``mc_returns``: discounted returns-to-go of the scaled rewards with ``config.discount``."""
     scaled = dataset.replace(rewards=info.scale_rewards(dataset.rewards))
     return {"mc_returns": scaled.returns_to_go(config.discount).astype(np.float32)}
+
+
+def episode_extras(rewards: np.ndarray, terminal: bool, config) -> dict[str, np.ndarray]:
+    """``mc_returns`` of one finished online episode (scaled rewards), for fine-tuning's buffer."""
+    dones = np.zeros(len(rewards), bool)
+    dones[-1] = True
+    from offrl.data import Dataset
+
+    n = len(rewards)
+    obs = np.zeros((n, 1), np.float32)
+    episode = Dataset.from_arrays(obs, np.zeros((n, 1), np.float32), np.asarray(rewards, np.float32), dones & terminal,
+                                  dones & (not terminal), next_observations=obs)
+    return {"mc_returns": episode.returns_to_go(config.discount).astype(np.float32)}

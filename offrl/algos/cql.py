@@ -236,3 +236,9 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
 
 
 q_value = min_q_value
+
+
+def explore(agent: Agent, observations: jax.Array, key: jax.Array) -> jax.Array:
+    """A sample of the tanh-Gaussian policy (exploration when fine-tuning online)."""
+    mean, log_std = agent.actor.apply_fn(agent.actor.params, observations)
+    return tanh_gaussian_sample(key, mean, log_std)[0]

@@ -128,3 +128,9 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
 
 
 q_value = min_q_value
+
+
+def explore(agent: Agent, observations: jax.Array, key: jax.Array) -> jax.Array:
+    """A sample of the Gaussian policy, clipped to the action box (exploration when fine-tuning online)."""
+    mean, log_std = agent.actor.apply_fn(agent.actor.params, observations)
+    return jnp.clip(mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape), -1.0, 1.0)

@@ -47,6 +47,9 @@ class Config:
     batch_size: int = 256           #: minibatch size
     normalize_observations: bool = False  #: z-score observations with dataset statistics
     reward_scaling: str = "none"    #: "none", "returns" or a number
+    exploration_noise: float = 0.1  #: std of the Gaussian noise on pi(s) when acting online (TD3 paper: 0.1)
+    bc_anneal_steps: int = 0        #: online fine-tuning: the BC term's weight falls linearly to 0 over these steps
+    anneal_start_step: int = 0      #: the step where that anneal starts (fine-tuning: the offline run's last step)
 
 
 class Agent(flax.struct.PyTreeNode):
@@ -92,10 +95,19 @@ def first_critic(agent: Agent, observations, actions):
 def actor_loss(params, agent: Agent, batch: Batch):
     policy_actions = agent.actor.apply_fn(params, batch.observations)
     q = first_critic(agent, batch.observations, policy_actions)
+    mse = losses.bc_mse(policy_actions, batch.actions)
     if agent.config.alpha is None:
-        return -jnp.mean(q), {"bc_mse": losses.bc_mse(policy_actions, batch.actions)}
+        return -jnp.mean(q), {"bc_mse": mse}
     loss = losses.td3_bc_actor_loss(q, policy_actions, batch.actions, agent.config.alpha)
-    return loss, {"bc_mse": losses.bc_mse(policy_actions, batch.actions)}
+    # annealed BC (TD3+BC -> TD3 online): subtract the part of the BC term the schedule removes
+    return loss - (1.0 - bc_weight(agent.config, agent.step)) * mse, {"bc_mse": mse}
+
+
+def bc_weight(cfg: Config, step: jax.Array) -> jax.Array:
+    """``clip(1 - (step - anneal_start_step) / bc_anneal_steps, 0, 1)``; 1 when no anneal is set."""
+    if cfg.bc_anneal_steps <= 0:
+        return jnp.ones(())
+    return jnp.clip(1.0 - (step - cfg.anneal_start_step) / cfg.bc_anneal_steps, 0.0, 1.0)
 
 
 # ---------------------------------------------------------------------- update
@@ -133,3 +145,9 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
 
 
 q_value = min_q_value
+
+
+def explore(agent: Agent, observations: jax.Array, key: jax.Array) -> jax.Array:
+    """``clip(pi(s) + N(0, exploration_noise^2), -1, 1)`` (exploration when fine-tuning online)."""
+    a = agent.actor.apply_fn(agent.actor.params, observations)
+    return jnp.clip(a + agent.config.exploration_noise * jax.random.normal(key, a.shape), -1.0, 1.0)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from offrl.algos import td3
-from offrl.algos.td3 import Agent, act, actor_loss, create, critic_loss, q_value, update
+from offrl.algos.td3 import Agent, act, actor_loss, bc_weight, create, critic_loss, explore, q_value, update
 
-__all__ = ["Config", "Agent", "create", "update", "act", "q_value", "actor_loss", "critic_loss"]
+__all__ = ["Config", "Agent", "create", "update", "act", "explore", "q_value", "actor_loss", "critic_loss", "bc_weight"]
 
 
 @dataclass(frozen=True)
