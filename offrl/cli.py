@@ -21,6 +21,7 @@ COMMANDS = (
     "quickstart",
     "inspect",
     "train",
+    "finetune",
     "evaluate",
     "plot",
     "export",

@@ -144,10 +144,12 @@ def _transplant(fresh, trained):
 
 def finetune(run: str | Path, steps: int | None = None, env: str | None = None, out: str | Path | None = None,
              config: FinetuneConfig | None = None, resume: bool = False, progress: bool = True,
-             stop_at: int | None = None, **options):
+             stop_at: int | None = None, dataset=None, **options):
     """Fine-tune the offline run in ``run`` online for ``steps`` env steps per seed.
 
     ``options`` are :class:`FinetuneConfig` fields (``mix_ratio``, ``utd``, ``alpha_decay``, ...).
+    ``dataset`` (a name, path or :class:`offrl.data.Dataset`) replaces the run's own dataset,
+    e.g. for a run trained from in-memory arrays.
     ``out`` defaults to ``<run>-finetune``; the source run folder is never written. Returns the
     fine-tuning :class:`offrl.engine.Run`.
 
@@ -195,7 +197,9 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
     offline = load_run(source)
     offline_step = offline.step
     online_config = _online_config(module, offline_config, offline_step, ft)
-    ds = _load_dataset(settings["dataset"])
+    if dataset is None and str(settings.get("dataset", "<")).startswith("<"):
+        raise ConfigError(f"{source} was trained on in-memory arrays ({settings.get('dataset')}); pass the dataset (dataset=...) to fine-tune it.")
+    ds = _load_dataset(dataset if dataset is not None else settings["dataset"])
     offline_data, _ = prepare_data(ds, online_config, env_id, module)
     example = {k: np.asarray(v[0]) for k, v in offline_data.items()}
     if "mc_returns" in example:
