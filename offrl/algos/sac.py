@@ -158,10 +158,15 @@ def sample_actions(agent: Agent, observations: jax.Array, key: jax.Array):
     return sample_from_actor(agent.actor.apply_fn, agent.actor.params, observations, key)
 
 
+def deterministic_from_actor(apply_fn, params, observations: jax.Array) -> jax.Array:
+    """``tanh(mean_u)`` in ``[-1, 1]``, the mode-like action of the tanh-Gaussian actor."""
+    mean, _ = apply_fn(params, observations)
+    return jnp.tanh(mean)
+
+
 def act(agent: Agent, observations: jax.Array) -> jax.Array:
     """Deterministic ``tanh(mean_u)`` in ``[-1, 1]``."""
-    mean, _ = agent.actor.apply_fn(agent.actor.params, observations)
-    return jnp.tanh(mean)
+    return deterministic_from_actor(agent.actor.apply_fn, agent.actor.params, observations)
 
 
 q_value = min_q_value
