@@ -71,44 +71,20 @@ def select_snapshots(index: dict) -> dict:
 
 
 def collect_with_policy(env_id: str, policy, size: int, seed: int, num_envs: int = 8, progress=None, task=None) -> dict:
-    """Run the stochastic ``policy`` for ``size`` steps in total; return D4RL-layout arrays."""
+    """Run the stochastic ``policy`` (a :class:`offrl.collect.zoo.BehaviorPolicy`) for ``size`` steps
+    in total over ``num_envs`` envs (:func:`offrl.rollout.collect_steps`); return D4RL-layout arrays."""
     import jax
 
-    from offrl.envs import make_env
+    from offrl.rollout import VectorEnv, collect_steps
 
     num_envs = max(1, min(num_envs, size))
     budgets = [size // num_envs + (1 if i < size % num_envs else 0) for i in range(num_envs)]
-    envs = [make_env(env_id) for _ in range(num_envs)]
-    obs = np.stack([np.asarray(env.reset(seed=seed * 1000 + i)[0], np.float32) for i, env in enumerate(envs)])
-    streams = [{k: [] for k in ("obs", "act", "rew", "next", "term", "tout", "logp", "mean", "std", "cut")} for _ in envs]
-    key = jax.random.PRNGKey(seed)
-    for t in range(max(budgets)):
-        actions, logps, means, stds = policy.sample(jax.random.fold_in(key, t), obs)
-        for i, env in enumerate(envs):
-            if t >= budgets[i]:
-                continue
-            nxt, reward, terminated, truncated, _ = env.step(actions[i])
-            nxt = np.asarray(nxt, np.float32)
-            last = t == budgets[i] - 1
-            s = streams[i]
-            s["obs"].append(obs[i].copy())
-            s["act"].append(actions[i])
-            s["rew"].append(reward)
-            s["next"].append(nxt)
-            s["term"].append(bool(terminated))
-            s["tout"].append(bool(not terminated and (truncated or last)))
-            s["cut"].append(bool(last and not (terminated or truncated)))
-            s["logp"].append(logps[i])
-            s["mean"].append(means[i])
-            s["std"].append(stds[i])
-            obs[i] = np.asarray(env.reset()[0], np.float32) if (terminated or truncated) else nxt
-        if progress is not None and t % 50 == 0:
-            progress.update(task, advance=sum(1 for b in budgets if t < b) * 50)
-    cat = lambda k, dtype: np.concatenate([np.asarray(s[k], dtype) for s in streams])  # noqa: E731
-    return {"observations": cat("obs", np.float32), "actions": cat("act", np.float32), "rewards": cat("rew", np.float32),
-            "next_observations": cat("next", np.float32), "terminals": cat("term", bool), "timeouts": cat("tout", bool),
-            "infos/action_log_probs": cat("logp", np.float32), "infos/action_mean": cat("mean", np.float32),
-            "infos/action_std": cat("std", np.float32), "_cut": cat("cut", bool)}
+    env = VectorEnv(env_id, num_envs)
+    try:
+        return collect_steps(env, policy.rollout_policy(stochastic=True), policy.params, budgets, seed,
+                             jax.random.PRNGKey(seed), progress=progress, task=task)
+    finally:
+        env.close()
 
 
 def _to_dataset(arrays: dict, metadata: dict, source: str):

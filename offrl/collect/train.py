@@ -1,11 +1,13 @@
 """Online SAC training of behaviour policies: the loop behind ``offrl collect train-behavior``.
 
-Each env step acts with one jitted call (:func:`offrl.collect.sac.make_act_fns`); every
-``update_every`` steps the learner runs ``update_every * updates_per_step`` SAC updates in
-one jitted ``lax.scan`` (:func:`offrl.collect.sac.update_many`), on minibatches gathered
-from the in-memory replay buffer. Every ``snapshot_every`` steps (and at step 0, the randomly
-initialised actor) the actor is evaluated, saved as a msgpack snapshot with its measured
-returns, and the new transitions are appended to ``replay.hdf5``.
+The learner is :mod:`offrl.algos.sac`; the environment is stepped by
+:class:`offrl.rollout.OnlineRollout`, with one jitted action per env step. Transitions go to a
+replay buffer on the device (:mod:`offrl.replay`): every ``update_every`` steps one jitted call
+adds the new rows and runs ``update_every * updates_per_step`` SAC updates in a ``lax.scan``,
+sampling each minibatch inside the compiled code. Every ``snapshot_every`` steps (and at step
+0, the randomly initialised actor) the actor is evaluated (:func:`offrl.rollout.run_episodes`),
+saved as a msgpack snapshot with its measured returns, and the new transitions are appended to
+``replay.hdf5``.
 
 The behaviour during training is the stochastic actor itself from step 0 (the randomly
 initialised actor plays the role of SAC's uniform warm-up), so every logged transition has a
@@ -39,6 +41,8 @@ class TrainBehaviorConfig:
     snapshot_every: env steps between snapshots (each is evaluated and saved).
     eval_episodes: episodes per evaluation (stochastic and deterministic each).
     seed: seeds the networks, the env and the minibatch sampling.
+    replay_capacity: rows kept in the device replay buffer (the oldest are overwritten);
+        ``None`` keeps every step (the paper's 1M covers its runs).
     """
 
     steps: int = 300_000
@@ -48,41 +52,34 @@ class TrainBehaviorConfig:
     snapshot_every: int = 10_000
     eval_episodes: int = 5
     seed: int = 0
+    replay_capacity: int | None = None
 
 
 def evaluate_policy(env, policy: BehaviorPolicy, episodes: int, seed: int, stochastic: bool) -> np.ndarray:
-    """Undiscounted returns of ``episodes`` full episodes (resets seeded ``seed, seed+1, ...``)."""
+    """Undiscounted returns of ``episodes`` full episodes run side by side in ``env`` (an
+    :class:`offrl.rollout.VectorEnv` of ``episodes`` envs), resets seeded ``seed, seed+1, ...``."""
     import jax
 
-    key = jax.random.PRNGKey(seed)
-    returns = []
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + ep)
-        total, done, t = 0.0, False, 0
-        while not done:
-            o = np.asarray(obs, np.float32)[None]
-            if stochastic:
-                action = policy.sample(jax.random.fold_in(key, ep * 100_000 + t), o)[0][0]
-            else:
-                action = policy.deterministic(o)[0]
-            obs, reward, terminated, truncated, _ = env.step(action)
-            total += float(reward)
-            done = terminated or truncated
-            t += 1
-        returns.append(total)
-    return np.asarray(returns)
+    from offrl.rollout import run_episodes
+
+    if env.num_envs != episodes:
+        raise ValueError(f"evaluate_policy needs a VectorEnv of {episodes} envs, got {env.num_envs}")
+    out = run_episodes(env, policy.rollout_policy(stochastic), policy.params, [seed + ep for ep in range(episodes)],
+                       jax.random.PRNGKey(seed))
+    return out["return"]
 
 
 def env_facts(env_id: str, env) -> dict:
+    """Facts about ``env`` (an :class:`offrl.rollout.VectorEnv`) recorded in zoo.json."""
     import gymnasium
 
+    first = env.envs[0]
     facts = {"env_id": env_id, "env_version": env_id.rsplit("-v", 1)[-1] if "-v" in env_id else None,
              "gymnasium_version": gymnasium.__version__,
-             "max_episode_steps": env.spec.max_episode_steps if env.spec else None,
-             "obs_dim": int(np.prod(env.observation_space.shape)),
-             "action_dim": int(np.prod(env.action_space.shape)),
-             "action_low": np.asarray(env.action_space.low, np.float64).tolist(),
-             "action_high": np.asarray(env.action_space.high, np.float64).tolist()}
+             "max_episode_steps": env.max_episode_steps,
+             "obs_dim": env.obs_dim, "action_dim": env.action_dim,
+             "action_low": np.asarray(first.action_space.low, np.float64).tolist(),
+             "action_high": np.asarray(first.action_space.high, np.float64).tolist()}
     try:
         import mujoco
 
@@ -92,60 +89,103 @@ def env_facts(env_id: str, env) -> dict:
     return facts
 
 
-def train_behavior(env_id: str, out, config: TrainBehaviorConfig = TrainBehaviorConfig(),
-                   sac_config=None, command: str | None = None, progress: bool = True) -> dict:
-    """Train SAC on ``env_id``, writing a zoo folder at ``out``; returns the zoo index (zoo.json)."""
+def _learner_fns(sac_config, config: TrainBehaviorConfig, action_low, action_high, act_key, sample_key):
+    """Jitted ``act``, ``store`` (add rows) and ``learn`` (add rows, then a scan of SAC updates
+    on minibatches sampled from the device buffer)."""
+    from functools import partial
+
     import jax
     import jax.numpy as jnp
 
+    from offrl.algos import sac
+    from offrl.algos.common import Batch
+    from offrl.replay import add_rows, sample_rows
+
+    low, high = jnp.asarray(action_low, jnp.float32), jnp.asarray(action_high, jnp.float32)
+
+    @jax.jit
+    def act(actor, step, obs):
+        """One packed row ``[a_norm, a_env, log_prob_norm, mean_u, std_u]`` (one device->host copy)."""
+        a, log_probs, mean, std = sac.sample_from_actor(actor.apply_fn, actor.params, obs, jax.random.fold_in(act_key, step))
+        env_a = low + (a[0] + 1.0) * (high - low) / 2.0
+        return jnp.concatenate([a[0], env_a, log_probs, mean[0], std[0]])
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def store(buffer, rows):
+        return add_rows(buffer, rows)
+
+    num_updates = config.update_every * config.updates_per_step
+
+    @partial(jax.jit, donate_argnums=(1,))
+    def learn(agent, buffer, rows):
+        buffer = add_rows(buffer, rows)
+
+        def one(agent, _):
+            batch = sample_rows(buffer, jax.random.fold_in(sample_key, agent.step), sac_config.batch_size)
+            return sac.update(agent, Batch(**{name: batch[name] for name in Batch._fields}))
+
+        agent, metrics = jax.lax.scan(one, agent, None, length=num_updates)
+        return agent, buffer, jax.tree_util.tree_map(lambda m: m[-1], metrics)
+
+    return act, store, learn
+
+
+def train_behavior(env_id: str, out, config: TrainBehaviorConfig = TrainBehaviorConfig(),
+                   sac_config=None, command: str | None = None, progress: bool = True) -> dict:
+    """Train SAC (:class:`offrl.algos.sac.Config`) on ``env_id``, writing a zoo folder at ``out``;
+    returns the zoo index (zoo.json)."""
+    import jax
+
     from offrl import __version__
-    from offrl.collect import sac
-    from offrl.envs import make_env
+    from offrl.algos import sac
+    from offrl.algos.common import config_to_dict
+    from offrl.replay import init_buffer
+    from offrl.rollout import OnlineRollout, VectorEnv
 
     if config.steps <= 0 or config.snapshot_every <= 0 or config.update_every <= 0:
         raise ConfigError("--steps, --snapshot-every and --update-every must be positive integers.")
-    sac_config = sac_config or sac.SACConfig()
+    capacity = config.replay_capacity or config.steps
+    if capacity < config.update_every:
+        raise ConfigError(f"replay_capacity {capacity} is smaller than --update-every {config.update_every}; keep at least one chunk of steps.")
+    sac_config = sac_config or sac.Config()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    env, eval_env = make_env(env_id), make_env(env_id)
+    env, eval_env = VectorEnv(env_id, 1), VectorEnv(env_id, config.eval_episodes)
+    if len(env.obs_shape) != 1:
+        raise ConfigError(f"environment '{env_id}' has observations of shape {env.obs_shape}; offrl collect needs flat vector observations.")
     facts = env_facts(env_id, env)
     obs_dim, action_dim = facts["obs_dim"], facts["action_dim"]
-    if len(env.observation_space.shape) != 1:
-        raise ConfigError(f"environment '{env_id}' has observations of shape {env.observation_space.shape}; offrl collect needs flat vector observations.")
 
-    key = jax.random.PRNGKey(config.seed)
-    agent = sac.create(sac_config, obs_dim, action_dim, key)
-    policy = BehaviorPolicy(agent.actor.params, obs_dim, action_dim, tuple(sac_config.hidden_dims),
+    agent = sac.create(sac_config, obs_dim, action_dim, jax.random.PRNGKey(config.seed))
+    policy = BehaviorPolicy(agent.actor.params["params"], obs_dim, action_dim, tuple(sac_config.hidden_dims),
                             np.asarray(facts["action_low"]), np.asarray(facts["action_high"]))
-    act_key = jax.random.PRNGKey(config.seed + 1_000_003)
+    act, store, learn = _learner_fns(sac_config, config, policy.action_low, policy.action_high,
+                                     jax.random.PRNGKey(config.seed + 1_000_003),
+                                     jax.random.PRNGKey(config.seed + 2_000_003))
+    row = {"observations": np.zeros(obs_dim, np.float32), "actions": np.zeros(action_dim, np.float32),
+           "rewards": np.zeros((), np.float32), "next_observations": np.zeros(obs_dim, np.float32),
+           "masks": np.zeros((), np.float32)}
+    buffer = init_buffer(row, capacity)
 
-    @jax.jit
-    def act(params, step, obs):
-        mean, log_std = policy.actor_def.apply({"params": params}, obs)
-        from offrl.nets import tanh_gaussian_sample
-
-        a, logp = tanh_gaussian_sample(jax.random.fold_in(act_key, step), mean, log_std)
-        return a[0], logp[0], mean[0], jnp.exp(log_std[0])
-
-    n = config.steps
+    n, d = config.steps, action_dim
     buf_obs = np.zeros((n, obs_dim), np.float32)
     buf_next = np.zeros((n, obs_dim), np.float32)
-    buf_act_norm = np.zeros((n, action_dim), np.float32)
+    buf_act_norm = np.zeros((n, d), np.float32)
+    buf_act_env = np.zeros((n, d), np.float32)
     buf_rew = np.zeros(n, np.float32)
     buf_term = np.zeros(n, bool)
     buf_tout = np.zeros(n, bool)
     buf_logp = np.zeros(n, np.float32)
-    buf_mean = np.zeros((n, action_dim), np.float32)
-    buf_std = np.zeros((n, action_dim), np.float32)
+    buf_mean = np.zeros((n, d), np.float32)
+    buf_std = np.zeros((n, d), np.float32)
 
     index = {"format": "offrl-zoo-v1", "offrl_version": __version__, **facts, "algorithm": "SAC",
-             "config": {**asdict(sac_config), "hidden_dims": list(sac_config.hidden_dims)},
-             "train_config": asdict(config), "seed": config.seed, "command": command,
-             "snapshots": [], "steps_done": 0, "env_steps_per_s": None,
+             "config": config_to_dict(sac_config), "train_config": asdict(config), "seed": config.seed,
+             "command": command, "snapshots": [], "steps_done": 0, "env_steps_per_s": None,
              "log_prob_units": "density of the recorded env-unit action: log pi_[-1,1](a_norm) - sum(log((high-low)/2))"}
     writer = ReplayWriter(out / "replay.hdf5", obs_dim, action_dim, attrs={"env_id": env_id, "seed": config.seed})
     flushed = 0
-    sample_rng = np.random.default_rng(config.seed)
+    stored = 0
     start = time.perf_counter()
     eval_time = 0.0
     metrics: dict = {}
@@ -153,16 +193,16 @@ def train_behavior(env_id: str, out, config: TrainBehaviorConfig = TrainBehavior
     def snapshot(step: int) -> dict:
         nonlocal flushed, eval_time
         t0 = time.perf_counter()
-        policy.params = agent.actor.params
+        policy.params = agent.actor.params["params"]
         stoch = evaluate_policy(eval_env, policy, config.eval_episodes, seed=10_000 + config.seed, stochastic=True)
         det = evaluate_policy(eval_env, policy, config.eval_episodes, seed=10_000 + config.seed, stochastic=False)
         eval_time += time.perf_counter() - t0
-        entry = save_snapshot(out, step, agent.actor.params, {
+        entry = save_snapshot(out, step, policy.params, {
             "return_mean": float(stoch.mean()), "return_std": float(stoch.std()), "returns": stoch.tolist(),
             "deterministic_return_mean": float(det.mean()), "deterministic_returns": det.tolist(),
             "eval_episodes": config.eval_episodes, "replay_rows": step,
             "metrics": {k: float(v) for k, v in metrics.items()}})
-        writer.append({"observations": buf_obs[flushed:step], "actions": policy.to_env(buf_act_norm[flushed:step]).astype(np.float32),
+        writer.append({"observations": buf_obs[flushed:step], "actions": buf_act_env[flushed:step],
                        "rewards": buf_rew[flushed:step], "next_observations": buf_next[flushed:step],
                        "terminals": buf_term[flushed:step], "timeouts": buf_tout[flushed:step],
                        "infos/action_log_probs": buf_logp[flushed:step] - policy.log_scale,
@@ -182,28 +222,24 @@ def train_behavior(env_id: str, out, config: TrainBehaviorConfig = TrainBehavior
     try:
         snapshot(0)
         bar.update(task, info=f"step 0 return {index['snapshots'][-1]['return_mean']:.1f}")
-        obs, _ = env.reset(seed=config.seed)
-        ep_return, last_returns = 0.0, []
+        rollout = OnlineRollout(env, seed=config.seed)
         for t in range(n):
-            a, logp, mean, std = act(agent.actor.params, t, jnp.asarray(obs, jnp.float32)[None])
-            a = np.asarray(a)
-            next_obs, reward, terminated, truncated, _ = env.step(policy.to_env(a))
-            buf_obs[t], buf_next[t], buf_act_norm[t] = obs, next_obs, a
-            buf_rew[t], buf_term[t], buf_tout[t] = reward, terminated, truncated and not terminated
-            buf_logp[t], buf_mean[t], buf_std[t] = logp, mean, std
-            ep_return += float(reward)
-            obs = next_obs
-            if terminated or truncated:
-                last_returns = (last_returns + [ep_return])[-10:]
-                ep_return = 0.0
-                obs, _ = env.reset()
+            packed = np.asarray(act(agent.actor, t, rollout.obs))
+            transition = rollout.step(packed[None, d:2 * d])
+            buf_obs[t], buf_next[t] = transition["observations"][0], transition["next_observations"][0]
+            buf_act_norm[t], buf_act_env[t] = packed[:d], transition["actions"][0]
+            buf_rew[t], buf_term[t], buf_tout[t] = transition["rewards"][0], transition["terminals"][0], transition["timeouts"][0]
+            buf_logp[t], buf_mean[t], buf_std[t] = packed[2 * d], packed[2 * d + 1:3 * d + 1], packed[3 * d + 1:]
             size = t + 1
-            if size >= config.start_steps and size % config.update_every == 0:
-                k = config.update_every * config.updates_per_step
-                idx = sample_rng.integers(0, size, size=(k, sac_config.batch_size))
-                batch = sac.Batch(buf_obs[idx], buf_act_norm[idx], buf_rew[idx], buf_next[idx],
-                                  1.0 - buf_term[idx].astype(np.float32))
-                agent, metrics = sac.update_many(agent, batch)
+            if size % config.update_every == 0:
+                rows = {"observations": buf_obs[stored:size], "actions": buf_act_norm[stored:size],
+                        "rewards": buf_rew[stored:size], "next_observations": buf_next[stored:size],
+                        "masks": 1.0 - buf_term[stored:size].astype(np.float32)}
+                stored = size
+                if size >= config.start_steps:
+                    agent, buffer, metrics = learn(agent, buffer, rows)
+                else:
+                    buffer = store(buffer, rows)
             if size % config.snapshot_every == 0 or size == n:
                 entry = snapshot(size)
                 rate = size / max(time.perf_counter() - start - eval_time, 1e-9)
@@ -213,6 +249,8 @@ def train_behavior(env_id: str, out, config: TrainBehaviorConfig = TrainBehavior
         bar.update(task, completed=n)
     finally:
         bar.stop()
+        env.close()
+        eval_env.close()
     index["wall_time_s"] = time.perf_counter() - start
     index["eval_time_s"] = eval_time
     _write_json(out / "zoo.json", index)

@@ -44,7 +44,8 @@ def _write_json(path: Path, data: dict) -> None:
 # ---------------------------------------------------------------------- policies
 @dataclass
 class BehaviorPolicy:
-    """A tanh-Gaussian SAC actor with the env's action bounds, loaded from a snapshot."""
+    """A tanh-Gaussian SAC actor (:func:`offrl.algos.sac.make_actor`) with the env's action bounds,
+    loaded from a snapshot; ``params`` are the actor's inner Flax parameters (the snapshot file)."""
 
     params: Any
     obs_dim: int
@@ -56,13 +57,26 @@ class BehaviorPolicy:
     info: dict | None = None
 
     def __post_init__(self):
-        from offrl.collect.sac import SACConfig, make_act_fns, make_actor
+        import jax
+        import jax.numpy as jnp
+
+        from offrl.algos import sac
 
         self.action_low = np.asarray(self.action_low, np.float32)
         self.action_high = np.asarray(self.action_high, np.float32)
-        self.actor_def = make_actor(SACConfig(hidden_dims=tuple(self.hidden_dims)), self.action_dim)
-        self._act_stochastic, self._act_deterministic = make_act_fns(self.actor_def)
+        self.actor_def = make_actor(self.hidden_dims, self.action_dim)
         self.log_scale = float(np.sum(np.log((self.action_high - self.action_low) / 2.0)))
+        apply, low, high, log_scale = self.actor_def.apply, jnp.asarray(self.action_low), jnp.asarray(self.action_high), self.log_scale
+
+        def sample(params, observations, key):
+            a, log_probs, mean, std = sac.sample_from_actor(apply, {"params": params}, observations, key)
+            return low + (a + 1.0) * (high - low) / 2.0, log_probs - log_scale, mean, std
+
+        def deterministic(params, observations):
+            a = sac.deterministic_from_actor(apply, {"params": params}, observations)
+            return low + (a + 1.0) * (high - low) / 2.0
+
+        self._sample, self._deterministic = jax.jit(sample), jax.jit(deterministic)
 
     def to_env(self, normalized_actions: np.ndarray) -> np.ndarray:
         return self.action_low + (np.asarray(normalized_actions) + 1.0) * (self.action_high - self.action_low) / 2.0
@@ -72,11 +86,23 @@ class BehaviorPolicy:
 
     def sample(self, key, observations):
         """``(env_actions, log_probs_env, mean_u, std_u)`` for a batch of observations."""
-        a, logp, mean, std = self._act_stochastic(self.params, key, observations)
-        return self.to_env(np.asarray(a)), np.asarray(logp) - self.log_scale, np.asarray(mean), np.asarray(std)
+        return tuple(np.asarray(x) for x in self._sample(self.params, observations, key))
 
     def deterministic(self, observations) -> np.ndarray:
-        return self.to_env(np.asarray(self._act_deterministic(self.params, observations)))
+        return np.asarray(self._deterministic(self.params, observations))
+
+    def rollout_policy(self, stochastic: bool = True):
+        """This policy as an :mod:`offrl.rollout` policy ``act(params, carry, obs, key)`` (call it
+        with ``self.params``); the stochastic one reports ``action_log_probs`` (env units),
+        ``action_mean`` and ``action_std`` as extras."""
+        if not stochastic:
+            return lambda params, carry, obs, key: (self._deterministic(params, obs), carry)
+
+        def act(params, carry, obs, key):
+            actions, log_probs, mean, std = self._sample(params, obs, key)
+            return actions, carry, {"action_log_probs": log_probs, "action_mean": mean, "action_std": std}
+
+        return act
 
     def log_prob(self, observations, env_actions) -> np.ndarray:
         """``log pi(a_env | s)`` recomputed from the parameters (density in env units)."""
@@ -87,6 +113,13 @@ class BehaviorPolicy:
         mean, log_std = self.actor_def.apply({"params": self.params}, jnp.asarray(observations, jnp.float32))
         norm = jnp.asarray(self.to_normalized(env_actions), jnp.float32)
         return np.asarray(tanh_gaussian_log_prob(mean, log_std, norm)) - self.log_scale
+
+
+def make_actor(hidden_dims, action_dim: int):
+    """The zoo's actor network: SAC's tanh-Gaussian actor with these hidden widths."""
+    from offrl.algos import sac
+
+    return sac.make_actor(sac.Config(hidden_dims=tuple(hidden_dims)), action_dim)
 
 
 def save_snapshot(zoo_dir: Path, step: int, actor_params, facts: dict) -> dict:
@@ -115,8 +148,6 @@ def load_policy(zoo_dir, step: int) -> BehaviorPolicy:
     import jax.numpy as jnp
     from flax import serialization
 
-    from offrl.collect.sac import SACConfig, make_actor
-
     zoo_dir = Path(zoo_dir)
     index = load_zoo_index(zoo_dir)
     json_path = zoo_dir / "snapshots" / f"{snapshot_name(step)}.json"
@@ -126,7 +157,7 @@ def load_policy(zoo_dir, step: int) -> BehaviorPolicy:
     facts = json.loads(json_path.read_text())
     hidden = tuple(index["config"]["hidden_dims"])
     obs_dim, action_dim = int(index["obs_dim"]), int(index["action_dim"])
-    actor_def = make_actor(SACConfig(hidden_dims=hidden), action_dim)
+    actor_def = make_actor(hidden, action_dim)
     template = actor_def.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_dim), jnp.float32))["params"]
     params = serialization.from_bytes(template, (zoo_dir / facts["file"]).read_bytes())
     return BehaviorPolicy(params, obs_dim, action_dim, hidden, np.asarray(index["action_low"]),
