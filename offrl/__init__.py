@@ -31,8 +31,8 @@ _EXPORTS = {
     "load_run": "offrl.engine",
     "load_numpy_policy": ("offrl.policy", "load_numpy_policy"),
     "measure_throughput": "offrl.engine",
-    "finetune": ("offrl.finetune", "finetune"),
-    "FinetuneConfig": ("offrl.finetune", "FinetuneConfig"),
+    "finetune": ("offrl.finetuning", "finetune"),
+    "FinetuneConfig": ("offrl.finetuning", "FinetuneConfig"),
     "ALGORITHMS": ("offrl.algos", "ALGORITHMS"),
     # language-model preference optimisation (needs the `llm` extra: torch + transformers)
     "load_preferences": "offrl.prefs",

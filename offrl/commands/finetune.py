@@ -19,7 +19,7 @@ HELP = {
 
 
 def register(subparsers) -> None:
-    from offrl.finetune import FinetuneConfig
+    from offrl.finetuning import FinetuneConfig
 
     p = subparsers.add_parser("finetune", help="continue an offline run with environment interaction (offline -> online)",
                               description="Fine-tune an offline CQL, Cal-QL, IQL, AWAC or TD3+BC run online. Writes a new run folder "
@@ -44,7 +44,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from offrl.finetune import FinetuneConfig, finetune, online_summary
+    from offrl.finetuning import FinetuneConfig, finetune, online_summary
 
     options = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig) if f.name != "steps"}
     result = finetune(args.run, steps=args.steps, env=args.env, out=args.out, resume=args.resume,

@@ -9,7 +9,7 @@ import pytest
 
 from offrl import engine
 from offrl.cli import main
-from offrl.finetune import FinetuneConfig, finetune, online_summary
+from offrl.finetuning import FinetuneConfig, finetune, online_summary
 
 TINY = {"hidden_dims": "32,32", "batch_size": "32"}
 SHORT = dict(steps=120, update_every=20, start_steps=40, eval_every=60, eval_episodes=1, checkpoint_every=60, log_every=60)
