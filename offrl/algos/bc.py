@@ -36,6 +36,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
+from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, OneOf, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import DeterministicActor, GaussianActor, gaussian_log_prob
 
 
@@ -43,14 +44,14 @@ from offrl.nets import DeterministicActor, GaussianActor, gaussian_log_prob
 class Config:
     """BC hyperparameters; defaults follow the BC baseline of TD3+BC (Fujimoto & Gu 2021) / CORL."""
 
-    learning_rate: float = 3e-4     #: Adam learning rate
-    hidden_dims: tuple[int, ...] = (256, 256)  #: MLP widths
-    batch_size: int = 256           #: minibatch size
-    loss: str = "mse"               #: "mse" (deterministic) or "gaussian" (maximum likelihood)
-    state_dependent_std: bool = False  #: gaussian only: sigma(s) from the network instead of one learned vector
-    discount: float = 0.99          #: only used to report discounted evaluation returns
-    normalize_observations: bool = True  #: z-score observations with dataset statistics
-    reward_scaling: str = "none"    #: rewards are unused by BC
+    learning_rate: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate
+    hidden_dims: tuple[int, ...] = param((256, 256), WIDTHS)  #: MLP widths
+    batch_size: int = param(256, POSITIVE_INT)  #: minibatch size
+    loss: str = param("mse", OneOf(("mse", "gaussian")))  #: "mse" (deterministic) or "gaussian" (maximum likelihood)
+    state_dependent_std: bool = param(False, BOOL)  #: gaussian only: sigma(s) from the network instead of one learned vector
+    discount: float = param(0.99, DISCOUNT)  #: only used to report discounted evaluation returns
+    normalize_observations: bool = param(True, BOOL)  #: z-score observations with dataset statistics
+    reward_scaling: str = param("none", REWARD_SCALING)  #: rewards are unused by BC
 
 
 class Agent(flax.struct.PyTreeNode):

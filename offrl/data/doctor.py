@@ -347,8 +347,9 @@ def recommend(tier: dict, coverage: dict | None = None) -> dict:
 # ---------------------------------------------------------------------- the report
 def inspect_dataset(ds: Dataset, env_id: str | None = None, seed: int = 0) -> dict[str, Any]:
     """A JSON-serialisable report on ``ds``: sizes, returns, rewards, coverage, duplicates, tier, advice."""
-    from offrl.envs import normalized_score, reference_returns
+    from offrl.envs import check_env_id, normalized_score, reference_returns
 
+    check_env_id(env_id, "env_id")
     md = dict(ds.metadata)
     env_id = env_id or md.get("env_id")
     lengths = ds.episode_lengths()
