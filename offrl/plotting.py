@@ -42,8 +42,12 @@ def _band(ax, steps, mean, std, label, color=None, style="-"):
     return line.get_color()
 
 
-def plot_runs(runs, out: str | Path) -> list[Path]:
-    """Draw the two figures for ``runs`` (:class:`offrl.engine.Run` objects) into ``out``."""
+def plot_runs(runs, out: str | Path, baselines: dict[str, float] | None = None) -> list[Path]:
+    """Draw the two figures for ``runs`` (:class:`offrl.engine.Run` objects) into ``out``.
+
+    ``baselines`` maps a label to a score drawn as a dashed horizontal line on the learning
+    curves (e.g. ``{"behaviour (dataset mean)": 59.2}``).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,6 +64,9 @@ def plot_runs(runs, out: str | Path) -> list[Path]:
         steps, mean, std = _by_step(run.metrics, key)
         if len(steps):
             _band(ax, steps, mean, std, _label(run))
+    for i, (label, value) in enumerate((baselines or {}).items()):
+        if value is not None and math.isfinite(value):
+            ax.axhline(value, color="grey", ls="--" if i == 0 else ":", label=label)
     ax.set_xlabel("gradient steps")
     ax.set_ylabel("normalized score" if use_score else "return")
     ax.set_title("Evaluation (mean ± std over seeds)")
@@ -88,7 +95,8 @@ def plot_runs(runs, out: str | Path) -> list[Path]:
     ax_q.set_ylabel("discounted value at the start state")
     ax_q.set_title("Critic estimate (solid) vs realised return (dashed)")
     ax_q.grid(alpha=0.3)
-    ax_q.legend(fontsize=7)
+    if ax_q.get_legend_handles_labels()[1]:  # no critic, no realised-return curve: nothing to label
+        ax_q.legend(fontsize=7)
     ax_r.axhline(0.0, color="black", lw=0.8)
     ax_r.set_xlabel("gradient steps")
     ax_r.set_ylabel("> 0: the critic promises more than the policy gets")
