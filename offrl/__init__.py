@@ -32,6 +32,8 @@ _EXPORTS = {
     "load_numpy_policy": ("offrl.policy", "load_numpy_policy"),
     "measure_throughput": "offrl.engine",
     "ALGORITHMS": ("offrl.algos", "ALGORITHMS"),
+    "run_benchmark": ("offrl.benchmark", "run_benchmark"),
+    "check_config": ("offrl.algos.ranges", "check_config"),
     # language-model preference optimisation (needs the `llm` extra: torch + transformers)
     "load_preferences": "offrl.prefs",
     "train_sft": "offrl.prefs",
