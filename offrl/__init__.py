@@ -34,6 +34,8 @@ _EXPORTS = {
     "finetune": ("offrl.finetuning", "finetune"),
     "FinetuneConfig": ("offrl.finetuning", "FinetuneConfig"),
     "ALGORITHMS": ("offrl.algos", "ALGORITHMS"),
+    "run_benchmark": ("offrl.benchmark", "run_benchmark"),
+    "check_config": ("offrl.algos.ranges", "check_config"),
     # language-model preference optimisation (needs the `llm` extra: torch + transformers)
     "load_preferences": "offrl.prefs",
     "train_sft": "offrl.prefs",

@@ -26,6 +26,7 @@ COMMANDS = (
     "plot",
     "export",
     "collect",
+    "benchmark",
     "prefs",
 )
 

@@ -95,3 +95,21 @@ def make_env(env_id: str, **kwargs):
     if not isinstance(env.action_space, gym.spaces.Box):
         raise ConfigError(f"environment '{env_id}' has a {type(env.action_space).__name__} action space; offrl's algorithms need a continuous (Box) action space.")
     return env
+
+
+def check_env_id(env_id: str | None, flag: str = "--env") -> None:
+    """Raise :class:`ConfigError` when ``env_id`` is not in Gymnasium's registry (``None`` passes).
+
+    Ids of the form ``module:Name-vN`` pass unchecked: Gymnasium imports ``module`` to register them.
+    """
+    if env_id is None or ":" in str(env_id):
+        return
+    import difflib
+
+    from gymnasium.envs.registration import registry
+
+    if env_id in registry:
+        return
+    close = difflib.get_close_matches(str(env_id), list(registry), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}?" if close else "e.g. Pendulum-v1, Hopper-v5, HalfCheetah-v5 or Walker2d-v5."
+    raise ConfigError(f"{flag} {env_id!r} is not a registered Gymnasium environment; {hint}")

@@ -42,8 +42,12 @@ def _band(ax, steps, mean, std, label, color=None, style="-"):
     return line.get_color()
 
 
-def plot_runs(runs, out: str | Path) -> list[Path]:
-    """Draw the two figures for ``runs`` (:class:`offrl.engine.Run` objects) into ``out``."""
+def plot_runs(runs, out: str | Path, baselines: dict[str, float] | None = None) -> list[Path]:
+    """Draw the two figures for ``runs`` (:class:`offrl.engine.Run` objects) into ``out``.
+
+    ``baselines`` maps a label to a score drawn as a dashed horizontal line on the learning
+    curves (e.g. ``{"behaviour (dataset mean)": 59.2}``).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,6 +64,9 @@ def plot_runs(runs, out: str | Path) -> list[Path]:
         steps, mean, std = _by_step(run.metrics, key)
         if len(steps):
             _band(ax, steps, mean, std, _label(run))
+    for i, (label, value) in enumerate((baselines or {}).items()):
+        if value is not None and math.isfinite(value):
+            ax.axhline(value, color="grey", ls="--" if i == 0 else ":", label=label)
     ax.set_xlabel("gradient steps")
     ax.set_ylabel("normalized score" if use_score else "return")
     ax.set_title("Evaluation (mean ± std over seeds)")
@@ -88,7 +95,8 @@ def plot_runs(runs, out: str | Path) -> list[Path]:
     ax_q.set_ylabel("discounted value at the start state")
     ax_q.set_title("Critic estimate (solid) vs realised return (dashed)")
     ax_q.grid(alpha=0.3)
-    ax_q.legend(fontsize=7)
+    if ax_q.get_legend_handles_labels()[1]:  # no critic, no realised-return curve: nothing to label
+        ax_q.legend(fontsize=7)
     ax_r.axhline(0.0, color="black", lw=0.8)
     ax_r.set_xlabel("gradient steps")
     ax_r.set_ylabel("> 0: the critic promises more than the policy gets")
@@ -104,6 +112,50 @@ def plot_runs(runs, out: str | Path) -> list[Path]:
     return written
 
 
+def plot_panels(panels: dict[str, list], out: str | Path) -> list[Path]:
+    """One panel per name in ``panels`` (e.g. ``"hopper-medium"``), one line per run (labelled by
+    algorithm): ``learning_curves.png`` (evaluation score, mean ± std over seeds) and
+    ``q_vs_return.png`` (``Q(s0, pi(s0))`` minus the realised discounted return)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(panels)
+    cols = min(3, max(1, len(names)))
+    rows = max(1, math.ceil(len(names) / cols))
+    written = []
+    for filename, key, ylabel in (("learning_curves.png", "eval/normalized_score", "normalized score"),
+                                  ("q_vs_return.png", "eval/q_overestimation", "Q estimate - realised return")):
+        fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.4 * rows), squeeze=False)
+        for ax, name in zip(axes.flat, names):
+            for i, run in enumerate(panels[name]):
+                this_key = key
+                if key == "eval/normalized_score" and not len(_by_step(run.metrics, key)[0]):
+                    this_key = "eval/return"
+                steps, mean, std = _by_step(run.metrics, this_key)
+                if len(steps):
+                    _band(ax, steps, mean, std, run.algo.upper(), color=f"C{i}")
+            if key == "eval/q_overestimation":
+                ax.axhline(0.0, color="black", lw=0.8)
+            ax.set_title(name, fontsize=10)
+            ax.set_xlabel("gradient steps", fontsize=8)
+            ax.set_ylabel(ylabel, fontsize=8)
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[1]:
+                ax.legend(fontsize=7)
+        for ax in list(axes.flat)[len(names):]:
+            ax.axis("off")
+        fig.tight_layout()
+        path = out / filename
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
 def plot_finetune(runs, out: str | Path, offline_step: int, labels: list[str] | None = None) -> list[Path]:
     """``finetune.png``: evaluation return across the offline/online boundary (a vertical line at
     ``offline_step``; offline x = gradient steps, online x = offline_step + env steps), and the
@@ -112,6 +164,41 @@ def plot_finetune(runs, out: str | Path, offline_step: int, labels: list[str] | 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(panels)
+    cols = min(3, max(1, len(names)))
+    rows = max(1, math.ceil(len(names) / cols))
+    written = []
+    for filename, key, ylabel in (("learning_curves.png", "eval/normalized_score", "normalized score"),
+                                  ("q_vs_return.png", "eval/q_overestimation", "Q estimate - realised return")):
+        fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.4 * rows), squeeze=False)
+        for ax, name in zip(axes.flat, names):
+            for i, run in enumerate(panels[name]):
+                this_key = key
+                if key == "eval/normalized_score" and not len(_by_step(run.metrics, key)[0]):
+                    this_key = "eval/return"
+                steps, mean, std = _by_step(run.metrics, this_key)
+                if len(steps):
+                    _band(ax, steps, mean, std, run.algo.upper(), color=f"C{i}")
+            if key == "eval/q_overestimation":
+                ax.axhline(0.0, color="black", lw=0.8)
+            ax.set_title(name, fontsize=10)
+            ax.set_xlabel("gradient steps", fontsize=8)
+            ax.set_ylabel(ylabel, fontsize=8)
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[1]:
+                ax.legend(fontsize=7)
+        for ax in list(axes.flat)[len(names):]:
+            ax.axis("off")
+        fig.tight_layout()
+        path = out / filename
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
 
     runs = runs if isinstance(runs, (list, tuple)) else [runs]
     labels = labels or [_label(r) for r in runs]

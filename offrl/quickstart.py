@@ -46,82 +46,17 @@ PENDULUM_OVERRIDES = {
 }
 
 
-def _summary_row(run, ds) -> dict:
-    evals = run.evaluations()
-    last_step = max(r["step"] for r in evals)
-    last = [r for r in evals if r["step"] == last_step]
-    scores = np.array([r["eval/normalized_score"] for r in last])
-    returns = np.array([r["eval/return"] for r in last])
+def _summary_row(run) -> dict:
+    """:meth:`Run.summary` (last evaluation, mean ± std over seeds) plus the critic's estimate
+    ``Q(s0, pi(s0))`` and the realised discounted return at that evaluation."""
+    last_step = max(r["step"] for r in run.evaluations())
+    last = [r for r in run.evaluations() if r["step"] == last_step]
     q = np.array([r.get("eval/q_estimate", np.nan) for r in last], dtype=float)
     g = np.array([r.get("eval/discounted_return", np.nan) for r in last], dtype=float)
-    return {"algo": run.algo, "steps": int(last_step), "seeds": len(last),
-            "return_mean": float(returns.mean()), "return_std": float(returns.std()),
-            "score_mean": float(scores.mean()), "score_std": float(scores.std()),
-            "score_per_seed": scores.tolist(), "q_estimate": float(np.nanmean(q)) if np.isfinite(q).any() else None,
+    return {"algo": run.algo, "steps": int(last_step), **run.summary(), "score_per_seed": run.final_scores,
+            "q_estimate": float(np.nanmean(q)) if np.isfinite(q).any() else None,
             "discounted_return": float(np.nanmean(g)) if np.isfinite(g).any() else None,
             "run_folder": str(run.path) if run.path else None}
-
-
-def _plot_learning_curves(runs, behaviour_score, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for run in runs:
-        evals = run.evaluations()
-        steps = sorted({r["step"] for r in evals})
-        by_step = [[r["eval/normalized_score"] for r in evals if r["step"] == s] for s in steps]
-        mean = np.array([np.mean(v) for v in by_step])
-        std = np.array([np.std(v) for v in by_step])
-        ax.plot(steps, mean, marker="o", label=run.algo.upper())
-        ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
-    if behaviour_score is not None:
-        ax.axhline(behaviour_score, color="grey", ls="--", label="behaviour (dataset mean)")
-    ax.set_xlabel("gradient steps")
-    ax.set_ylabel("normalized score")
-    ax.set_title("Evaluation during training (mean ± std over seeds)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _plot_q_vs_return(runs, path: Path) -> None:
-    """Critic estimate Q(s0, pi(s0)) against the discounted return actually obtained from s0."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    lo, hi = np.inf, -np.inf
-    for i, run in enumerate(runs):
-        color = f"C{i}"
-        evals = [r for r in run.evaluations() if np.isfinite(r.get("eval/q_estimate", np.nan))]
-        if not evals:
-            continue
-        steps = sorted({r["step"] for r in evals})
-        q = np.array([np.mean([r["eval/q_estimate"] for r in evals if r["step"] == s]) for s in steps])
-        g = np.array([np.mean([r["eval/discounted_return"] for r in evals if r["step"] == s]) for s in steps])
-        axes[0].plot(steps, q, marker="o", color=color, label=f"{run.algo.upper()} Q(s0, pi(s0))")
-        axes[0].plot(steps, g, ls="--", color=color, label=f"{run.algo.upper()} realised return")
-        axes[1].scatter(g, q, color=color, label=run.algo.upper())
-        lo, hi = min(lo, g.min(), q.min()), max(hi, g.max(), q.max())
-    if np.isfinite(lo):
-        axes[1].plot([lo, hi], [lo, hi], color="grey", ls=":", label="Q = return")
-    axes[0].set_xlabel("gradient steps")
-    axes[0].set_ylabel("discounted value (agent reward units)")
-    axes[0].set_title("Critic estimate vs realised return")
-    axes[0].legend(fontsize=7)
-    axes[1].set_xlabel("realised discounted return")
-    axes[1].set_ylabel("critic estimate")
-    axes[1].set_title("Over-estimation lies above the diagonal")
-    axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _verdict(rows: dict, behaviour_score: float | None) -> str:
@@ -156,6 +91,7 @@ def run_quickstart(dataset: str = DEFAULT_DATASET, out="offrl-quickstart", algos
     from offrl.data.doctor import inspect_dataset, render, write_report
     from offrl.engine import train
     from offrl.envs import normalized_score
+    from offrl.plotting import plot_runs
 
     console = console or Console(quiet=not progress)
     started = time.perf_counter()
@@ -201,11 +137,10 @@ def run_quickstart(dataset: str = DEFAULT_DATASET, out="offrl-quickstart", algos
                     out=run_dir, config_overrides=overrides, log_every=max(1, n // evaluations), progress=progress)
         timings[algo] = time.perf_counter() - t0
         runs.append(run)
-        rows[algo] = {**_summary_row(run, ds), "seconds": timings[algo], "config_overrides": overrides}
+        rows[algo] = {**_summary_row(run), "seconds": timings[algo], "config_overrides": overrides}
 
     console.rule("[bold]3/3 results")
-    _plot_learning_curves(runs, behaviour_score, out / "learning_curves.png")
-    _plot_q_vs_return(runs, out / "q_vs_return.png")
+    plot_runs(runs, out, baselines={"behaviour (dataset mean)": behaviour_score})
     verdict = _verdict(rows, behaviour_score)
     result = {"dataset": dataset, "env_id": env_id, "transitions": len(ds), "episodes": ds.num_episodes,
               "behaviour": {"dataset_return_mean": behaviour_return, "score": behaviour_score,

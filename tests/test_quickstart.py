@@ -50,3 +50,33 @@ def test_quickstart_cli_rejects_unknown_algorithm(tmp_path, capsys):
     assert main(["quickstart", "--algos", "bc,nope", "--out", str(tmp_path / "q")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("offrl: error:") and "nope" in err and len(err.strip().splitlines()) == 1
+
+
+def test_summary_row_is_run_summary_plus_the_critic_monitor():
+    from offrl.engine import Run
+    from offrl.quickstart import _summary_row
+
+    rows = [{"step": 10, "seed": s, "eval/return": -500.0, "eval/normalized_score": 40.0 + s,
+             "eval/q_estimate": -20.0, "eval/discounted_return": -30.0} for s in (0, 1)]
+    rows += [{"step": 20, "seed": s, "eval/return": -200.0 - 100 * s, "eval/normalized_score": 80.0 - 10 * s,
+              "eval/q_estimate": -10.0 - 2 * s, "eval/discounted_return": -12.0} for s in (0, 1)]
+    run = Run(None, "iql", None, {"seeds": 2}, None, None, rows)
+    row = _summary_row(run)
+    assert {k: row[k] for k in run.summary()} == run.summary()
+    assert row["score_mean"] == 75.0 and row["score_std"] == 5.0 and row["return_mean"] == -250.0
+    assert row["steps"] == 20 and row["score_per_seed"] == [80.0, 70.0]
+    assert row["q_estimate"] == -11.0 and row["discounted_return"] == -12.0
+
+
+def test_plot_runs_draws_the_behaviour_line(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from offrl.engine import Run
+    from offrl.plotting import plot_runs
+
+    drawn = []
+    original = matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline", lambda self, y=0, *a, **k: drawn.append((y, k.get("label"))) or original(self, y, *a, **k))
+    rows = [{"step": 10, "seed": 0, "eval/return": -500.0, "eval/normalized_score": 40.0}]
+    plot_runs([Run(None, "bc", None, {"seeds": 1}, None, None, rows)], tmp_path, baselines={"behaviour (dataset mean)": 59.2})
+    assert (59.2, "behaviour (dataset mean)") in drawn and (tmp_path / "learning_curves.png").exists()

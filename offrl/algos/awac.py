@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import flax
 import jax
@@ -33,6 +34,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.ranges import BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, gaussian_log_prob
 
 
@@ -41,22 +43,23 @@ class Config:
     """AWAC hyperparameters; defaults are the paper's MuJoCo settings (Appendix, Table of
     hyperparameters) and the authors' released rlkit configuration where the paper is silent."""
 
-    actor_lr: float = 3e-4          #: Adam learning rate of the policy (paper: 3e-4)
-    critic_lr: float = 3e-4         #: Adam learning rate of the twin Q-functions (paper: 3e-4)
-    actor_weight_decay: float = 1e-4  #: L2 penalty added to the policy gradient (released code: 1e-4)
-    actor_hidden_dims: tuple[int, ...] = (256, 256, 256, 256)  #: policy MLP (released code: 4 x 256)
-    hidden_dims: tuple[int, ...] = (256, 256)  #: Q-function MLPs (released code: 2 x 256)
-    discount: float = 0.99          #: gamma
-    lam: float = 1.0                #: lambda, temperature of exp(A / lambda) (paper: 1.0; the released MuJoCo script uses 2.0)
-    normalize_weights: bool = True  #: w = B * softmax(A / lambda) over the batch (released code); else min(exp(A / lambda), max_weight)
-    max_weight: float = 100.0       #: clip of exp(A / lambda) when normalize_weights is False
-    tau: float = 0.005              #: Polyak rate of the target critic (paper: 5e-3)
-    num_qs: int = 2                 #: critics in the ensemble (clipped double Q: min)
-    log_std_min: float = -6.0       #: lower clip of the policy log-std (released code)
-    log_std_max: float = 0.0        #: upper clip of the policy log-std (released code)
-    batch_size: int = 1024          #: minibatch size (paper: 1024)
-    normalize_observations: bool = False  #: z-score observations with dataset statistics
-    reward_scaling: str = "none"    #: rewards are used as logged
+    actor_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of the policy (paper: 3e-4)
+    critic_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of the twin Q-functions (paper: 3e-4)
+    actor_weight_decay: float = param(1e-4, NON_NEGATIVE)  #: L2 penalty added to the policy gradient (released code: 1e-4)
+    actor_hidden_dims: tuple[int, ...] = param((256, 256, 256, 256), WIDTHS)  #: policy MLP (released code: 4 x 256)
+    hidden_dims: tuple[int, ...] = param((256, 256), WIDTHS)  #: Q-function MLPs (released code: 2 x 256)
+    discount: float = param(0.99, DISCOUNT)  #: gamma
+    lam: float = param(1.0, POSITIVE)  #: lambda, temperature of exp(A / lambda) (paper: 1.0; the released MuJoCo script uses 2.0)
+    normalize_weights: bool = param(True, BOOL)  #: w = B * softmax(A / lambda) over the batch (released code); else min(exp(A / lambda), max_weight)
+    max_weight: float = param(100.0, POSITIVE)  #: clip of exp(A / lambda) when normalize_weights is False
+    tau: float = param(0.005, POLYAK)  #: Polyak rate of the target critic (paper: 5e-3)
+    num_qs: int = param(2, POSITIVE_INT)  #: critics in the ensemble (clipped double Q: min)
+    log_std_min: float = param(-6.0, Interval(-20.0, 2.0))  #: lower clip of the policy log-std (released code)
+    log_std_max: float = param(0.0, Interval(-20.0, 2.0))  #: upper clip of the policy log-std (released code)
+    ORDERED_FIELDS: ClassVar = (("log_std_min", "log_std_max"),)  #: pairs that must increase (checked with the ranges)
+    batch_size: int = param(1024, POSITIVE_INT)  #: minibatch size (paper: 1024)
+    normalize_observations: bool = param(False, BOOL)  #: z-score observations with dataset statistics
+    reward_scaling: str = param("none", REWARD_SCALING)  #: rewards are used as logged
 
 
 class Agent(flax.struct.PyTreeNode):

@@ -36,6 +36,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.ranges import BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, OrNone, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import MLP, VAE, EnsembleCritic
 
 
@@ -43,22 +44,22 @@ from offrl.nets import MLP, VAE, EnsembleCritic
 class Config:
     """BCQ hyperparameters; defaults are the paper's (Section 7 and Appendix D, MuJoCo)."""
 
-    actor_lr: float = 1e-3          #: Adam learning rate of the perturbation network (paper: 1e-3)
-    critic_lr: float = 1e-3         #: Adam learning rate of the twin Q-functions (paper: 1e-3)
-    vae_lr: float = 1e-3            #: Adam learning rate of the VAE (paper: 1e-3)
-    hidden_dims: tuple[int, ...] = (400, 300)  #: perturbation and Q-function MLPs (paper: 400 x 300)
-    vae_hidden_dims: tuple[int, ...] = (750, 750)     #: encoder and decoder MLPs (paper: 750 x 750)
-    latent_dim: int | None = None   #: VAE latent size (None: 2 * action_dim, the paper's choice)
-    kl_weight: float = 0.5          #: weight of the KL term in the VAE loss (paper's code: 0.5)
-    discount: float = 0.99          #: gamma (paper: 0.99)
-    tau: float = 0.005              #: Polyak rate of the target critic and perturbation nets (paper: 0.005)
-    lmbda: float = 0.75             #: lambda of the soft clipped double-Q target (paper: 0.75)
-    phi: float = 0.05               #: Phi, the largest perturbation per action dimension (paper: 0.05)
-    num_samples: int = 10           #: n, sampled actions at the target and when acting (paper: 10)
-    num_qs: int = 2                 #: critics in the ensemble (paper: 2)
-    batch_size: int = 100           #: minibatch size (paper: 100)
-    normalize_observations: bool = False  #: z-score observations with dataset statistics
-    reward_scaling: str = "none"    #: rewards are used as logged
+    actor_lr: float = param(1e-3, LEARNING_RATE)  #: Adam learning rate of the perturbation network (paper: 1e-3)
+    critic_lr: float = param(1e-3, LEARNING_RATE)  #: Adam learning rate of the twin Q-functions (paper: 1e-3)
+    vae_lr: float = param(1e-3, LEARNING_RATE)  #: Adam learning rate of the VAE (paper: 1e-3)
+    hidden_dims: tuple[int, ...] = param((400, 300), WIDTHS)  #: perturbation and Q-function MLPs (paper: 400 x 300)
+    vae_hidden_dims: tuple[int, ...] = param((750, 750), WIDTHS)  #: encoder and decoder MLPs (paper: 750 x 750)
+    latent_dim: int | None = param(None, OrNone(POSITIVE_INT))  #: VAE latent size (None: 2 * action_dim, the paper's choice)
+    kl_weight: float = param(0.5, NON_NEGATIVE)  #: weight of the KL term in the VAE loss (paper's code: 0.5)
+    discount: float = param(0.99, DISCOUNT)  #: gamma (paper: 0.99)
+    tau: float = param(0.005, POLYAK)  #: Polyak rate of the target critic and perturbation nets (paper: 0.005)
+    lmbda: float = param(0.75, Interval(0.0, 1.0))  #: lambda of the soft clipped double-Q target (paper: 0.75)
+    phi: float = param(0.05, Interval(0.0, 2.0))  #: Phi, the largest perturbation per action dimension (paper: 0.05)
+    num_samples: int = param(10, POSITIVE_INT)  #: n, sampled actions at the target and when acting (paper: 10)
+    num_qs: int = param(2, POSITIVE_INT)  #: critics in the ensemble (paper: 2)
+    batch_size: int = param(100, POSITIVE_INT)  #: minibatch size (paper: 100)
+    normalize_observations: bool = param(False, BOOL)  #: z-score observations with dataset statistics
+    reward_scaling: str = param("none", REWARD_SCALING)  #: rewards are used as logged
 
 
 # ---------------------------------------------------------------------- networks

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from offrl.algos import cql
+from offrl.algos.ranges import BOOL, param
 from offrl.algos.cql import Agent, act, actor_loss, calibrate, create, critic_loss, explore, q_value, update
 
 __all__ = ["Config", "Agent", "create", "update", "act", "explore", "q_value", "actor_loss", "critic_loss", "calibrate",
@@ -42,7 +43,7 @@ __all__ = ["Config", "Agent", "create", "update", "act", "explore", "q_value", "
 class Config(cql.Config):
     """Cal-QL hyperparameters: CQL's fields (see :class:`offrl.algos.cql.Config`) with the bound on."""
 
-    calibrated: bool = True         #: lower-bound the policy-action Q-values by the data's MC return
+    calibrated: bool = param(True, BOOL)  #: lower-bound the policy-action Q-values by the data's MC return
 
 
 def extra_arrays(dataset, info, config) -> dict[str, np.ndarray]:

@@ -30,6 +30,7 @@ import optax
 from flax.training.train_state import TrainState
 
 from offrl import losses
+from offrl.algos.ranges import check_config
 from offrl.errors import ConfigError
 
 
@@ -130,9 +131,11 @@ def _convert(value: Any, annotation: Any, name: str):
 def apply_overrides(config, overrides: Mapping[str, Any] | None):
     """``dataclasses.replace(config, **overrides)`` with strings converted to the field's type.
 
-    An unknown field raises :class:`ConfigError` listing the valid names.
+    An unknown field raises :class:`ConfigError` listing the valid names; a value outside the
+    field's declared range raises :class:`ConfigError` naming it (:func:`offrl.algos.ranges.check_config`).
     """
     if not overrides:
+        check_config(config)
         return config
     fields = {f.name: f for f in dataclasses.fields(config)}
     hints = typing.get_type_hints(type(config))
@@ -142,7 +145,9 @@ def apply_overrides(config, overrides: Mapping[str, Any] | None):
         if key not in fields:
             raise ConfigError(f"unknown config field '{name}' for {type(config).__module__.split('.')[-1]}; valid fields: {', '.join(fields)}.")
         changes[key] = _convert(value, hints.get(key, fields[key].type), key)
-    return dataclasses.replace(config, **changes)
+    config = dataclasses.replace(config, **changes)
+    check_config(config)
+    return config
 
 
 def renamed_field(config_cls, name: str) -> str:
@@ -174,7 +179,9 @@ def config_from_dict(config_cls, data: Mapping[str, Any]):
             if isinstance(v, list):
                 v = tuple(v)
             kwargs[f.name] = v
-    return config_cls(**kwargs)
+    config = config_cls(**kwargs)
+    check_config(config)
+    return config
 
 
 def mlp_policy_layers(actor_params) -> list[tuple[Any, Any]]:

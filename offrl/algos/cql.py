@@ -53,6 +53,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, scalar_train_state
+from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_log_prob, tanh_gaussian_sample
 
 
@@ -60,31 +61,31 @@ from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_log_prob, ta
 class Config:
     """CQL hyperparameters; defaults are the paper's Gym-MuJoCo settings (Appendix F, author code)."""
 
-    actor_lr: float = 1e-4          #: Adam learning rate of the policy (paper: 1e-4)
-    critic_lr: float = 3e-4         #: Adam learning rate of the critics (paper: 3e-4)
-    entropy_alpha_lr: float = 1e-4  #: Adam learning rate of log(entropy_alpha), SAC's entropy coefficient
-    hidden_dims: tuple[int, ...] = (256, 256, 256)  #: MLP widths (author code: 3 x 256)
-    discount: float = 0.99          #: gamma
-    tau: float = 0.005              #: Polyak rate of the target critics
-    num_qs: int = 2                 #: critics in the ensemble
-    batch_size: int = 256           #: minibatch size
-    cql_alpha: float = 5.0          #: weight of the conservative penalty (min_q_weight, Gym: 5)
-    n_actions: int = 10             #: sampled actions per source for the log-sum-exp
-    logsumexp_temperature: float = 1.0  #: T of the penalty's soft maximum T log sum exp(Q / T)
-    importance_sampling: bool = True  #: subtract log mu(a) (CQL(H) with importance correction)
-    lagrange: bool = False          #: tune the penalty weight by dual gradient descent
-    target_action_gap: float = 10.0  #: tau of the Lagrangian variant
-    cql_alpha_lr: float = 3e-4      #: Adam learning rate of log alpha' (Lagrangian variant)
-    initial_entropy_alpha: float = 1.0  #: SAC's entropy coefficient alpha at the start (tuned automatically)
-    target_entropy: float | None = None  #: None: -action_dim
-    bc_warmup_steps: int = 40_000   #: actor clones the data first (policy_eval_start, author code)
-    bc_action_eps: float = 1e-2     #: warm-up likelihood clips data actions to [-1+eps, 1-eps] before atanh
-    normalize_observations: bool = False  #: z-score observations with dataset statistics
-    reward_scaling: str = "none"    #: "none", "returns" or a number
-    reward_bias: float = 0.0        #: added to rewards after scaling
-    calibrated: bool = False        #: Cal-QL: policy-action Q-values in the penalty lower-bounded by the data's MC return
-    cql_alpha_decay: float = 0.0    #: lambda of cql_alpha * exp(-lambda * (step - decay_start_step)) (offline->online)
-    decay_start_step: int = 0       #: the step where the decay starts (fine-tuning: the offline run's last step)
+    actor_lr: float = param(1e-4, LEARNING_RATE)  #: Adam learning rate of the policy (paper: 1e-4)
+    critic_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of the critics (paper: 3e-4)
+    entropy_alpha_lr: float = param(1e-4, LEARNING_RATE)  #: Adam learning rate of log(entropy_alpha), SAC's entropy coefficient
+    hidden_dims: tuple[int, ...] = param((256, 256, 256), WIDTHS)  #: MLP widths (author code: 3 x 256)
+    discount: float = param(0.99, DISCOUNT)  #: gamma
+    tau: float = param(0.005, POLYAK)  #: Polyak rate of the target critics
+    num_qs: int = param(2, POSITIVE_INT)  #: critics in the ensemble
+    batch_size: int = param(256, POSITIVE_INT)  #: minibatch size
+    cql_alpha: float = param(5.0, NON_NEGATIVE)  #: weight of the conservative penalty (min_q_weight, Gym: 5)
+    n_actions: int = param(10, POSITIVE_INT)  #: sampled actions per source for the log-sum-exp
+    logsumexp_temperature: float = param(1.0, POSITIVE)  #: T of the penalty's soft maximum T log sum exp(Q / T)
+    importance_sampling: bool = param(True, BOOL)  #: subtract log mu(a) (CQL(H) with importance correction)
+    lagrange: bool = param(False, BOOL)  #: tune the penalty weight by dual gradient descent
+    target_action_gap: float = param(10.0, NON_NEGATIVE)  #: tau of the Lagrangian variant
+    cql_alpha_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of log alpha' (Lagrangian variant)
+    initial_entropy_alpha: float = param(1.0, POSITIVE)  #: SAC's entropy coefficient alpha at the start (tuned automatically)
+    target_entropy: float | None = param(None, OrNone(ANY_REAL))  #: None: -action_dim
+    bc_warmup_steps: int = param(40_000, NON_NEGATIVE_INT)  #: actor clones the data first (policy_eval_start, author code)
+    bc_action_eps: float = param(1e-2, Interval(0.0, 1.0, "()"))  #: warm-up likelihood clips data actions to [-1+eps, 1-eps] before atanh
+    normalize_observations: bool = param(False, BOOL)  #: z-score observations with dataset statistics
+    reward_scaling: str = param("none", REWARD_SCALING)  #: "none", "returns" or a number
+    reward_bias: float = param(0.0, ANY_REAL)  #: added to rewards after scaling
+    calibrated: bool = param(False, BOOL)  #: Cal-QL: policy-action Q-values in the penalty lower-bounded by the data's MC return
+    cql_alpha_decay: float = param(0.0, NON_NEGATIVE)  #: lambda of cql_alpha * exp(-lambda * (step - decay_start_step)) (offline->online)
+    decay_start_step: int = param(0, NON_NEGATIVE_INT)  #: the step where the decay starts (fine-tuning: the offline run's last step)
 
     RENAMED: ClassVar[dict[str, str]] = {"temperature_lr": "entropy_alpha_lr", "cql_temperature": "logsumexp_temperature",
                                          "initial_temperature": "initial_entropy_alpha"}

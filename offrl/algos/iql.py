@@ -25,6 +25,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, Interval, LEARNING_RATE, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, ValueNet, gaussian_log_prob
 
 
@@ -32,22 +33,22 @@ from offrl.nets import EnsembleCritic, GaussianActor, ValueNet, gaussian_log_pro
 class Config:
     """IQL hyperparameters; defaults are the paper's MuJoCo locomotion settings (Appendix B)."""
 
-    actor_lr: float = 3e-4          #: Adam learning rate of the policy (cosine-decayed to 0)
-    critic_lr: float = 3e-4         #: Adam learning rate of the twin Q-functions
-    value_lr: float = 3e-4          #: Adam learning rate of V
-    hidden_dims: tuple[int, ...] = (256, 256)  #: MLP widths of every network
-    discount: float = 0.99          #: gamma
-    expectile: float = 0.7          #: tau of the expectile value loss (0.7 for locomotion)
-    awr_inverse_temperature: float = 3.0  #: beta, inverse temperature of the AWR weights exp(beta * A) (locomotion: 3)
-    max_weight: float = 100.0       #: clip of exp(beta * A)
-    tau: float = 0.005              #: Polyak rate of the target critic
-    num_qs: int = 2                 #: critics in the ensemble (clipped double Q: min)
-    batch_size: int = 256           #: minibatch size
-    cosine_actor_lr: bool = True    #: cosine decay of the actor lr over ``schedule_steps``
-    schedule_steps: int | None = None  #: steps of the lr schedule (None: the run's --steps)
-    normalize_observations: bool = False  #: z-score observations with dataset statistics
-    reward_scaling: str = "returns"  #: "returns": r * 1000 / (max return - min return) (locomotion)
-    reward_bias: float = 0.0        #: added to rewards after scaling (AntMaze uses -1)
+    actor_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of the policy (cosine-decayed to 0)
+    critic_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of the twin Q-functions
+    value_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of V
+    hidden_dims: tuple[int, ...] = param((256, 256), WIDTHS)  #: MLP widths of every network
+    discount: float = param(0.99, DISCOUNT)  #: gamma
+    expectile: float = param(0.7, Interval(0.0, 1.0, "()"))  #: tau of the expectile value loss (0.7 for locomotion)
+    awr_inverse_temperature: float = param(3.0, POSITIVE)  #: beta, inverse temperature of the AWR weights exp(beta * A) (locomotion: 3)
+    max_weight: float = param(100.0, POSITIVE)  #: clip of exp(beta * A)
+    tau: float = param(0.005, POLYAK)  #: Polyak rate of the target critic
+    num_qs: int = param(2, POSITIVE_INT)  #: critics in the ensemble (clipped double Q: min)
+    batch_size: int = param(256, POSITIVE_INT)  #: minibatch size
+    cosine_actor_lr: bool = param(True, BOOL)  #: cosine decay of the actor lr over ``schedule_steps``
+    schedule_steps: int | None = param(None, OrNone(POSITIVE_INT))  #: steps of the lr schedule (None: the run's --steps)
+    normalize_observations: bool = param(False, BOOL)  #: z-score observations with dataset statistics
+    reward_scaling: str = param("returns", REWARD_SCALING)  #: "returns": r * 1000 / (max return - min return) (locomotion)
+    reward_bias: float = param(0.0, ANY_REAL)  #: added to rewards after scaling (AntMaze uses -1)
 
     RENAMED: ClassVar[dict[str, str]] = {"temperature": "awr_inverse_temperature"}
 

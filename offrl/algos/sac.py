@@ -36,6 +36,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, scalar_train_state
+from offrl.algos.ranges import ANY_REAL, DISCOUNT, LEARNING_RATE, POLYAK, POSITIVE, POSITIVE_INT, WIDTHS, OrNone, param
 from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_sample
 
 
@@ -43,16 +44,16 @@ from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_sample
 class Config:
     """SAC hyperparameters; defaults follow Haarnoja et al. 2018b (Table 1, MuJoCo)."""
 
-    actor_lr: float = 3e-4          #: Adam learning rate of the policy (paper: 3e-4)
-    critic_lr: float = 3e-4         #: Adam learning rate of the critics (paper: 3e-4)
-    entropy_alpha_lr: float = 3e-4  #: Adam learning rate of log(entropy_alpha) (paper: 3e-4)
-    hidden_dims: tuple[int, ...] = (256, 256)  #: MLP widths of actor and critics (paper: 2 x 256)
-    num_qs: int = 2                 #: critics in the ensemble (paper: clipped double Q)
-    discount: float = 0.99          #: gamma (paper)
-    tau: float = 0.005              #: Polyak rate of the target critics (paper)
-    batch_size: int = 256           #: minibatch size (paper)
-    initial_entropy_alpha: float = 1.0  #: entropy coefficient alpha at the start (SB3 and jaxrl; the paper leaves it open)
-    target_entropy: float | None = None  #: H_target; None: -action_dim (paper's heuristic)
+    actor_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of the policy (paper: 3e-4)
+    critic_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of the critics (paper: 3e-4)
+    entropy_alpha_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of log(entropy_alpha) (paper: 3e-4)
+    hidden_dims: tuple[int, ...] = param((256, 256), WIDTHS)  #: MLP widths of actor and critics (paper: 2 x 256)
+    num_qs: int = param(2, POSITIVE_INT)  #: critics in the ensemble (paper: clipped double Q)
+    discount: float = param(0.99, DISCOUNT)  #: gamma (paper)
+    tau: float = param(0.005, POLYAK)  #: Polyak rate of the target critics (paper)
+    batch_size: int = param(256, POSITIVE_INT)  #: minibatch size (paper)
+    initial_entropy_alpha: float = param(1.0, POSITIVE)  #: entropy coefficient alpha at the start (SB3 and jaxrl; the paper leaves it open)
+    target_entropy: float | None = param(None, OrNone(ANY_REAL))  #: H_target; None: -action_dim (paper's heuristic)
 
     RENAMED: ClassVar[dict[str, str]] = {"init_temperature": "initial_entropy_alpha",
                                          "temperature_lr": "entropy_alpha_lr"}

@@ -27,6 +27,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import DeterministicActor, EnsembleCritic
 
 
@@ -34,22 +35,22 @@ from offrl.nets import DeterministicActor, EnsembleCritic
 class Config:
     """TD3 hyperparameters; defaults are Fujimoto et al. 2018 (author code) / TD3+BC's Table 3."""
 
-    actor_lr: float = 3e-4          #: Adam learning rate of the policy
-    critic_lr: float = 3e-4         #: Adam learning rate of the twin critics
-    hidden_dims: tuple[int, ...] = (256, 256)  #: MLP widths
-    discount: float = 0.99          #: gamma
-    tau: float = 0.005              #: Polyak rate of the target networks
-    policy_noise: float = 0.2       #: sigma of the target policy smoothing noise
-    noise_clip: float = 0.5         #: c, clip of that noise
-    policy_delay: int = 2           #: critic updates per actor/target update
-    alpha: float | None = None      #: TD3+BC's BC weight (None: no regulariser)
-    num_qs: int = 2                 #: critics in the ensemble
-    batch_size: int = 256           #: minibatch size
-    normalize_observations: bool = False  #: z-score observations with dataset statistics
-    reward_scaling: str = "none"    #: "none", "returns" or a number
-    exploration_noise: float = 0.1  #: std of the Gaussian noise on pi(s) when acting online (TD3 paper: 0.1)
-    bc_anneal_steps: int = 0        #: online fine-tuning: the BC term's weight falls linearly to 0 over these steps
-    anneal_start_step: int = 0      #: the step where that anneal starts (fine-tuning: the offline run's last step)
+    actor_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of the policy
+    critic_lr: float = param(3e-4, LEARNING_RATE)  #: Adam learning rate of the twin critics
+    hidden_dims: tuple[int, ...] = param((256, 256), WIDTHS)  #: MLP widths
+    discount: float = param(0.99, DISCOUNT)  #: gamma
+    tau: float = param(0.005, POLYAK)  #: Polyak rate of the target networks
+    policy_noise: float = param(0.2, NON_NEGATIVE)  #: sigma of the target policy smoothing noise
+    noise_clip: float = param(0.5, NON_NEGATIVE)  #: c, clip of that noise
+    policy_delay: int = param(2, POSITIVE_INT)  #: critic updates per actor/target update
+    alpha: float | None = param(None, OrNone(NON_NEGATIVE))  #: TD3+BC's BC weight (None: no regulariser)
+    num_qs: int = param(2, POSITIVE_INT)  #: critics in the ensemble
+    batch_size: int = param(256, POSITIVE_INT)  #: minibatch size
+    normalize_observations: bool = param(False, BOOL)  #: z-score observations with dataset statistics
+    reward_scaling: str = param("none", REWARD_SCALING)  #: "none", "returns" or a number
+    exploration_noise: float = param(0.1, NON_NEGATIVE)  #: std of the Gaussian noise on pi(s) when acting online (TD3 paper: 0.1)
+    bc_anneal_steps: int = param(0, NON_NEGATIVE_INT)  #: online fine-tuning: the BC term's weight falls linearly to 0 over these steps
+    anneal_start_step: int = param(0, NON_NEGATIVE_INT)  #: the step where that anneal starts (fine-tuning: the offline run's last step)
 
 
 class Agent(flax.struct.PyTreeNode):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from offrl.algos import td3
 from offrl.algos.td3 import Agent, act, actor_loss, bc_weight, create, critic_loss, explore, q_value, update
+from offrl.algos.ranges import BOOL, NON_NEGATIVE, OrNone, param
 
 __all__ = ["Config", "Agent", "create", "update", "act", "explore", "q_value", "actor_loss", "critic_loss", "bc_weight"]
 
@@ -22,5 +23,5 @@ class Config(td3.Config):
     """TD3+BC hyperparameters: TD3's fields (see :class:`offrl.algos.td3.Config`) with the
     paper's defaults (Table 3: alpha 2.5, sigma 0.2, c 0.5, delay 2, normalised states)."""
 
-    alpha: float | None = 2.5       #: weight of Q against the BC term (lambda = alpha / mean|Q|)
-    normalize_observations: bool = True  #: the paper normalises states with dataset mean/std
+    alpha: float | None = param(2.5, OrNone(NON_NEGATIVE))  #: weight of Q against the BC term (lambda = alpha / mean|Q|)
+    normalize_observations: bool = param(True, BOOL)  #: the paper normalises states with dataset mean/std

@@ -57,7 +57,9 @@ def run_train_behavior(args) -> int:
 
     from offrl.collect.train import TrainBehaviorConfig, train_behavior
     from offrl.collect.train import write_references
+    from offrl.envs import check_env_id
 
+    check_env_id(args.env)
     steps = args.steps
     config = TrainBehaviorConfig(
         steps=steps,
@@ -85,7 +87,9 @@ def run_dataset(args) -> int:
     from rich.table import Table
 
     from offrl.collect.tiers import build_tier_dataset, dataset_name, free_dataset_name, save_tier_dataset
+    from offrl.envs import check_env_id
 
+    check_env_id(args.env)
     name = args.name or free_dataset_name(dataset_name(args.env, args.tier))
     ds = build_tier_dataset(args.zoo, args.tier, size=args.size, seed=args.seed, env_id=args.env, num_envs=args.num_envs,
                             command=command_line(), progress=not args.quiet, name=name)

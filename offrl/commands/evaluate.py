@@ -20,7 +20,9 @@ def run(args) -> int:
     from rich.table import Table
 
     from offrl.engine import evaluate
+    from offrl.envs import check_env_id
 
+    check_env_id(args.env)
     result = evaluate(args.run, episodes=args.episodes, env=args.env, eval_seed=args.eval_seed)
     table = Table(title=f"{args.run}: {result['episodes']} episodes per seed in {result['env']}")
     for title in ("seed", "return", "normalized score", "Q(s0, pi(s0))", "realised disc. return"):

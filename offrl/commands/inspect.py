@@ -51,7 +51,9 @@ def run(args) -> int:
         raise ConfigError("offrl inspect needs a DATASET (a registered name, a .hdf5/.npz file or a Minari folder); see --list.")
 
     from offrl.data.doctor import inspect_dataset, render, write_report
+    from offrl.envs import check_env_id
 
+    check_env_id(args.env)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DatasetWarning)
         ds = load(args.dataset)

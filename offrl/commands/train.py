@@ -80,8 +80,11 @@ def run(args) -> int:
     from offrl.engine import train
     from offrl.errors import ConfigError
 
+    from offrl.envs import check_env_id
+
     if not args.dataset and not args.resume:
         raise ConfigError("offrl train needs --dataset NAME|PATH (or --resume with --out).")
+    check_env_id(args.env)
     overrides = parse_set(args.set)
     overrides.update({k[len("config__"):]: v for k, v in vars(args).items() if k.startswith("config__")})
     dataset = args.dataset

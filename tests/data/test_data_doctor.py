@@ -1,104 +1,187 @@
-"""The dataset doctor on synthetic datasets built to look like each quality tier."""
+"""The dataset doctor: its statistics against hand-computed numbers, and its estimate of the
+kind and level of data on every bundled Pendulum tier, on scripted-policy tiers it was not tuned
+on (tests/data/pendulum_tiers.py), without reference returns, and on mislabelled files."""
 
 import json
 
 import numpy as np
 import pytest
 
+import offrl.data as offrl_data
 from offrl.data import Dataset
-from offrl.data.doctor import (action_autocorrelation, action_coverage, bimodality, duplicate_transitions,
-                               estimate_tier, inspect_dataset, recommend, render, sparkline, state_coverage,
-                               write_report)
-from offrl.envs import D4RL_REFERENCE_RETURNS
+from offrl.data.doctor import (action_autocorrelation, action_coverage, action_predictability, bimodality,
+                               duplicate_transitions, inspect_dataset, recommend, render, return_order_fit,
+                               spearman, sparkline, state_coverage, write_report)
+from offrl.data.doctor.tier import KINDS_OF_TIER
+from pendulum_tiers import KIND_OF, pendulum_tier, rollout, uniform
 
-LO, HI = D4RL_REFERENCE_RETURNS["hopper"]
+BUNDLED = {"pendulum-random-v0": "random", "pendulum-medium-v0": "medium", "pendulum-medium-replay-v0": "medium-replay",
+           "pendulum-medium-expert-v0": "medium-expert", "pendulum-expert-v0": "expert", "hopper-medium-20k-v0": "medium"}
 
 
-def tier_dataset(scores, smooth=True, env_id="Hopper-v5", steps=40, seed=0):
-    """Episodes whose returns hit the given normalized ``scores``; smooth (policy) or i.i.d. uniform actions."""
+def tier_dataset(scores, smooth=True, steps=40, seed=0):
+    """Episodes with the given returns and random-walk states (for shape and plumbing tests only)."""
     rng = np.random.default_rng(seed)
-    obs, nxt, act, rew, term, tout = [], [], [], [], [], []
+    obs, nxt, act, rew, tout = [], [], [], [], []
     for s in scores:
-        ret = LO + s / 100.0 * (HI - LO)
         seq = np.cumsum(rng.normal(size=(steps + 1, 11)), axis=0).astype(np.float32)
         obs.append(seq[:-1])
         nxt.append(seq[1:])
-        if smooth:
-            t = np.arange(steps)[:, None]
-            a = np.tanh(1.5 * np.sin(0.15 * t + rng.uniform(0, 6, size=(1, 3))))
-        else:
-            a = rng.uniform(-1, 1, size=(steps, 3))
+        t = np.arange(steps)[:, None]
+        a = np.tanh(1.5 * np.sin(0.15 * t + rng.uniform(0, 6, size=(1, 3)))) if smooth else rng.uniform(-1, 1, size=(steps, 3))
         act.append(a.astype(np.float32))
-        rew.append(np.full(steps, ret / steps, np.float32))
-        term.append(np.zeros(steps, bool))
+        rew.append(np.full(steps, s / steps, np.float32))
         e = np.zeros(steps, bool)
         e[-1] = True
         tout.append(e)
-    return Dataset.from_arrays(np.concatenate(obs), np.concatenate(act), np.concatenate(rew), np.concatenate(term),
+    n = len(scores) * steps
+    return Dataset.from_arrays(np.concatenate(obs), np.concatenate(act), np.concatenate(rew), np.zeros(n, bool),
                                np.concatenate(tout), np.concatenate(nxt),
-                               metadata={"env_id": env_id, "action_low": [-1.0] * 3, "action_high": [1.0] * 3})
+                               metadata={"env_id": "Hopper-v5", "action_low": [-1.0] * 3, "action_high": [1.0] * 3})
 
 
-rng = np.random.default_rng(1)
-CASES = {
-    "random": (rng.normal(2, 2, 40), False),
-    "medium": (rng.normal(45, 4, 40), True),
-    "expert": (rng.normal(100, 3, 40), True),
-    "medium-expert": (np.concatenate([rng.normal(45, 4, 20), rng.normal(100, 3, 20)]), True),
-    # a replay buffer: scores rise (noisily) along the episode order
-    "medium-replay": (np.linspace(0, 60, 60) + rng.normal(0, 8, 60), True),
-}
-ADVICE = {"random": "CQL", "medium": "IQL", "expert": "BC", "medium-expert": "IQL", "medium-replay": "IQL"}
+@pytest.fixture(scope="module")
+def scripted():
+    """Every tier from scripted Pendulum policies, two seeds each (about 10 s to roll)."""
+    return {(tier, seed): pendulum_tier(tier, seed=seed) for tier in KIND_OF for seed in (0, 1)}
 
 
-@pytest.mark.parametrize("tier", sorted(CASES))
-def test_tier_estimate_and_recommendation(tier):
-    scores, smooth = CASES[tier]
-    report = inspect_dataset(tier_dataset(scores, smooth))
-    assert report["tier"]["estimate"] == tier, report["tier"]
-    assert report["tier"]["confidence"] == "high"
-    assert report["recommendation"]["algorithm"] == ADVICE[tier]
-    np.testing.assert_allclose(report["normalized_score"]["median"], np.median(scores), atol=0.05)
-    json.dumps(report)  # JSON-serialisable as returned
+# ---------------------------------------------------------------------- the estimate
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_every_bundled_tier_is_classified_by_kind_and_tier(name):
+    declared = BUNDLED[name]
+    report = inspect_dataset(offrl_data.load(name))
+    tier = report["tier"]
+    assert tier["kind"] == KIND_OF[declared], tier["reasons"]
+    assert tier["estimate"] == declared and tier["declared"] == declared and tier["agrees_with_metadata"]
+    assert not any("metadata says" in w for w in report["warnings"])
+    supporting = [e for e in tier["evidence"] if e["points_to"] == tier["kind"]]
+    assert tier["confidence"] != "high" or len(supporting) >= 2   # never high from one signal
+    refs = report["reference_returns"]
+    assert refs["source"] and any(refs["source"][:25] in r for r in tier["reasons"])
+
+
+def test_a_short_learning_history_with_one_signal_is_not_high_confidence():
+    tier = inspect_dataset(offrl_data.load("pendulum-medium-replay-v0"))["tier"]
+    assert tier["kind"] == "learning history" and tier["confidence"] == "low"
+    assert any("only one signal supports the kind" in r and "only 15 episodes" in r for r in tier["reasons"])
+
+
+@pytest.mark.parametrize("tier_name", sorted(KIND_OF))
+def test_scripted_policies_of_every_tier_are_classified(scripted, tier_name):
+    for seed in (0, 1):
+        report = inspect_dataset(scripted[tier_name, seed])
+        tier = report["tier"]
+        assert tier["kind"] == KIND_OF[tier_name], (seed, tier["reasons"])
+        assert tier["estimate"] == tier_name, (seed, tier["reasons"])
+
+
+@pytest.mark.parametrize("tier_name", sorted(KIND_OF))
+def test_the_kind_needs_no_reference_returns(scripted, tier_name):
+    ds = scripted[tier_name, 0]
+    bare = ds.replace(metadata={k: v for k, v in ds.metadata.items() if k not in ("ref_min_score", "ref_max_score", "env_id", "tier")})
+    report = inspect_dataset(bare)
+    tier = report["tier"]
+    assert report["reference_returns"] is None and tier["level"] is None
+    assert tier["kind"] == KIND_OF[tier_name], tier["reasons"]
+    assert any(r.startswith("level: unknown") for r in tier["reasons"])
+    if KIND_OF[tier_name] == "one policy":
+        assert tier["estimate"] is None   # medium or expert is a question of level
+
+
+def test_weak_references_change_the_level_not_the_kind(scripted):
+    """The issue's failure: references from a much stronger expert put every episode near 0."""
+    ds = scripted["medium-replay", 0]
+    strong = ds.replace(metadata={**ds.metadata, "ref_min_score": -1300.0, "ref_max_score": 20_000.0})
+    tier = inspect_dataset(strong)["tier"]
+    assert tier["level"]["median_score"] < 15
+    assert tier["kind"] == "learning history" and tier["estimate"] == "medium-replay"
+    mixture = scripted["medium-expert", 0]
+    tier = inspect_dataset(mixture.replace(metadata={**mixture.metadata, "ref_max_score": 20_000.0}))["tier"]
+    assert tier["kind"] == "mixture of policies"
+
+
+@pytest.mark.parametrize("true_tier,label", [("random", "expert"), ("expert", "medium-replay"),
+                                             ("medium-replay", "medium"), ("medium-expert", "random"),
+                                             ("medium", "expert")])
+def test_mislabelled_files_keep_the_estimate_and_lower_the_confidence(scripted, true_tier, label):
+    ds = scripted[true_tier, 0]
+    honest = inspect_dataset(ds)["tier"]
+    report = inspect_dataset(ds.replace(metadata={**ds.metadata, "tier": label}))
+    tier = report["tier"]
+    assert tier["kind"] == honest["kind"] and tier["estimate"] == honest["estimate"] == true_tier
+    assert tier["declared"] == label and tier["agrees_with_metadata"] is False
+    order = ["low", "medium", "high"]
+    assert order.index(tier["confidence"]) == max(0, order.index(honest["confidence"]) - 1)
+    assert any(f"metadata says tier '{label}'" in r for r in tier["reasons"])
+    assert any(f"metadata says tier '{label}'" in w for w in report["warnings"])
+
+
+def test_every_declared_tier_has_kinds():
+    assert set(KINDS_OF_TIER) >= set(KIND_OF)
+    for tier, kind in KIND_OF.items():
+        assert kind in KINDS_OF_TIER[tier]
+
+
+def test_a_shuffled_mixture_reads_as_one_policy_with_a_caveat():
+    ds = pendulum_tier("medium-expert", seed=0, shuffle=True)
+    tier = inspect_dataset(ds)["tier"]
+    assert tier["kind"] == "one policy" and tier["confidence"] != "high"
+    assert any("shuffled mixture" in e["reason"] for e in tier["evidence"])
+
+
+# ---------------------------------------------------------------------- recommendation
+def test_recommendation_follows_kind_and_level_and_cites_both(scripted):
+    expected = {"random": "CQL", "medium": "IQL", "expert": "BC", "medium-expert": "IQL", "medium-replay": "IQL"}
+    for tier_name, algo in expected.items():
+        report = inspect_dataset(scripted[tier_name, 0])
+        rec = report["recommendation"]
+        assert rec["algorithm"] == algo, (tier_name, rec)
+        assert "median normalized score" in rec["reasons"][0]
 
 
 def test_expert_advice_names_bc_and_td3bc_and_random_advice_is_conservative():
-    expert = recommend({"estimate": "expert", "confidence": "high"})
+    expert = recommend({"estimate": "expert", "kind": "one policy", "confidence": "high",
+                        "level": {"median_score": 95.0}})
     assert expert["algorithm"] == "BC" and expert["alternatives"] == ["TD3+BC"]
-    wide = recommend({"estimate": "expert", "confidence": "high", "score_spread": 40.0})
+    wide = recommend({"estimate": "expert", "kind": "one policy", "confidence": "high", "score_spread": 40.0,
+                      "level": {"median_score": 95.0}})
     assert wide["algorithm"] == "TD3+BC" and "40 points" in wide["reasons"][0]
-    random = recommend({"estimate": "random", "confidence": "high"}, {"occupied_fraction": 0.1})
+    random = recommend({"estimate": "random", "kind": "random actions", "confidence": "high"}, {"occupied_fraction": 0.1})
     assert random["algorithm"] == "CQL" and any("conservative" in r for r in random["reasons"])
     assert any("10% of the PCA grid" in r for r in random["reasons"])
+    unsure = recommend({"estimate": None, "kind": "one policy", "confidence": "low", "level": None})
+    assert unsure["algorithm"] == "IQL" and any("most robust default" in r for r in unsure["reasons"])
 
 
-def test_without_references_the_estimate_is_uncertain():
-    random_like = inspect_dataset(tier_dataset(CASES["random"][0], smooth=False, env_id="MyRobot-v0"))
-    assert random_like["normalized_score"] is None and random_like["reference_returns"] is None
-    assert random_like["tier"]["estimate"] == "random" and random_like["tier"]["confidence"] == "low"
-    assert "uncertain" in random_like["tier"]["reasons"][0]
-    policy_like = inspect_dataset(tier_dataset(CASES["expert"][0], smooth=True, env_id="MyRobot-v0"))
-    assert policy_like["tier"]["estimate"] == "medium" and policy_like["tier"]["confidence"] == "low"
-    assert any("IQL is the most robust default" in r for r in policy_like["recommendation"]["reasons"])
+def test_env_argument_supplies_references(scripted):
+    ds = scripted["expert", 0]
+    bare = ds.replace(metadata={k: v for k, v in ds.metadata.items() if k not in ("ref_min_score", "ref_max_score", "env_id")})
+    report = inspect_dataset(bare, env_id="Pendulum-v1")
+    assert report["reference_returns"]["source"].startswith("offrl's measured reference returns for Pendulum-v1")
+    assert report["tier"]["estimate"] == "expert"
 
 
-def test_env_argument_supplies_references():
-    ds = tier_dataset(CASES["expert"][0], env_id="MyRobot-v0")
-    assert inspect_dataset(ds, env_id="Hopper-v5")["tier"]["estimate"] == "expert"
+# ---------------------------------------------------------------------- statistics
+def test_spearman_and_order_fit_hand_computed():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert np.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    # ranks 0..9 in order: a line explains all; the best step (after 5) explains
+    # S_5^2 / 5 * 2 / sum (i - 4.5)^2 = 2 * 12.5^2 / 5 / 82.5 = 62.5 / 82.5.
+    gradual = return_order_fit(np.arange(10.0))
+    assert gradual["linear"] == pytest.approx(1.0) and gradual["step"] == pytest.approx(62.5 / 82.5) and gradual["step_at"] == 5
+    # two shuffled blocks: the same step, but a line explains less (Spearman 113/165 = 0.6848, squared 0.4690).
+    blocks = return_order_fit(np.array([3, 1, 4, 0, 2, 8, 6, 9, 5, 7], float))
+    assert blocks["step"] == pytest.approx(62.5 / 82.5) and blocks["linear"] == pytest.approx((113 / 165) ** 2)
+    assert np.isnan(return_order_fit(np.arange(5.0))["linear"])
 
 
-def test_wide_spread_without_trend_is_one_policy_not_a_replay_buffer():
-    scores = rng.permutation(np.linspace(40, 80, 60))   # like Pendulum: the start state moves the return a lot
-    tier = inspect_dataset(tier_dataset(scores))["tier"]
-    assert tier["estimate"] == "medium" and abs(tier["return_trend"]) < 0.3
-    assert any("start state" in r for r in tier["reasons"])
-    assert inspect_dataset(tier_dataset(np.sort(scores)))["tier"]["estimate"] == "medium-replay"
-
-
-def test_low_scores_with_policy_actions_and_wide_spread_are_replay_not_random():
-    scores = rng.permutation(np.concatenate([rng.normal(3, 2, 40), rng.uniform(10, 60, 20)]))
-    assert inspect_dataset(tier_dataset(scores, smooth=True))["tier"]["estimate"] == "medium-replay"
-    assert inspect_dataset(tier_dataset(scores, smooth=False))["tier"]["estimate"] == "random"
+def test_action_predictability_separates_policies_from_uniform_actions():
+    policy = action_predictability(pendulum_tier("expert", episodes=12, seed=3))
+    noise = action_predictability(rollout([uniform] * 12, seed=3))
+    assert policy["r2"] > 0.4 and abs(noise["r2"]) < 0.15
+    assert len(policy["episode_r2"]) == 12 and policy["episode_index"] == list(range(12))
 
 
 def test_return_trend_hand_computed():
@@ -117,7 +200,6 @@ def test_bimodality_hand_computed():
     # a flat spread splits in halves: D = sqrt(2) (w/2) / sqrt(2 w^2 / 48) = sqrt(48) / 2
     assert flat["ashman_d"] == pytest.approx(np.sqrt(48) / 2, rel=1e-2)
     assert flat["middle_fraction"] == pytest.approx(1 / 6, abs=0.01) and not flat["bimodal"]
-    assert estimate_tier(np.zeros(3), np.array([50.0, 50.0, 50.0]))["estimate"] == "medium"
 
 
 def test_action_coverage_hand_computed():
@@ -152,20 +234,15 @@ def test_state_coverage_shapes():
     assert 0 < sum(sc["explained_variance"]) <= 1
 
 
-def test_declared_tier_mismatch_is_a_warning():
-    ds = tier_dataset(CASES["random"][0], smooth=False)
-    ds = ds.replace(metadata={**ds.metadata, "tier": "expert"})
-    assert any("metadata says tier 'expert'" in w for w in inspect_dataset(ds)["warnings"])
-
-
-def test_render_and_report_files(tmp_path):
-    report = inspect_dataset(tier_dataset(CASES["medium-expert"][0]))
+def test_render_and_report_files(tmp_path, scripted):
+    report = inspect_dataset(scripted["medium-expert", 0])
     from rich.console import Console
 
     console = Console(record=True, width=120)
     render(report, console)
     text = console.export_text()
-    assert "estimated tier: medium-expert" in text and "recommendation: IQL" in text
+    assert "estimated tier: medium-expert (mixture of policies)" in text and "recommendation: IQL" in text
+    assert "metadata says 'medium-expert'" in text and "kind: mixture of policies" in text
     files = write_report(report, tmp_path / "rep")
     for key in ("returns", "actions", "states"):
         assert open(files[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"

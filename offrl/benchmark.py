@@ -1,0 +1,306 @@
+"""``offrl benchmark``: every (env, tier, algorithm) cell trained, evaluated and tabulated.
+
+A cell trains one algorithm on one dataset with all seeds vmapped (:func:`offrl.engine.train`)
+into ``OUT/cells/<env>-<tier>-<algo>/`` and, when it finishes, writes ``cell.json`` there (the
+last and the best evaluation, wall time). Cells are resumable one by one: a finished cell is
+never trained or written again; an interrupted one continues from its last checkpoint. The
+benchmark's settings live in ``OUT/benchmark.json``; an ``OUT`` holding a benchmark with
+different settings is refused, so cells of two benchmarks never mix.
+
+The table (``results.md`` and ``results.csv``) gives each cell's normalized score, mean ± std
+over seeds, at the **last** evaluation and at the **best** one (the evaluation step with the
+highest mean over seeds; an optimistic number, labelled as such), and each cell's wall time.
+``learning_curves.png`` and ``q_vs_return.png`` draw one panel per (env, tier).
+
+Datasets are looked up by name: ``--dataset-pattern`` (default ``{env}-{tier}-v0``, the names
+``offrl collect dataset`` registers; ``pendulum-*-v0`` are bundled).
+
+Example::
+
+    from offrl.benchmark import run_benchmark
+    table = run_benchmark(envs=["pendulum"], tiers=["medium", "expert"], algos=["bc", "iql"],
+                          seeds=2, steps=2000, eval_every=1000, out="bench")
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from offrl.errors import ConfigError
+
+#: short names for the D4RL locomotion environments (and Pendulum) -> Gymnasium ids.
+ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5", "pendulum": "Pendulum-v1"}
+TIERS = ("random", "medium", "medium-replay", "medium-expert", "expert")
+#: ``--budget`` profiles: updates per cell, evaluation interval, episodes per evaluation.
+BUDGETS = {"cpu": {"steps": 30_000, "eval_every": 5_000, "eval_episodes": 10},
+           "full": {"steps": 1_000_000, "eval_every": 5_000, "eval_episodes": 10}}
+#: settings that define a cell: a folder holding cells made with other values is refused.
+CELL_SETTINGS = ("steps", "seeds", "seed", "eval_every", "eval_episodes", "dataset_pattern", "overrides")
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    envs: tuple[str, ...]
+    tiers: tuple[str, ...]
+    algos: tuple[str, ...]
+    seeds: int = 3
+    seed: int = 0
+    steps: int = BUDGETS["cpu"]["steps"]
+    eval_every: int = BUDGETS["cpu"]["eval_every"]
+    eval_episodes: int = BUDGETS["cpu"]["eval_episodes"]
+    dataset_pattern: str = "{env}-{tier}-v0"
+    overrides: dict = field(default_factory=dict)   # {algo: {field: value}}
+
+    def cells(self) -> list[tuple[str, str, str]]:
+        return [(e, t, a) for e in self.envs for t in self.tiers for a in self.algos]
+
+
+# ---------------------------------------------------------------------- checking the request
+def _split(value, flag: str) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in (value.split(",") if isinstance(value, str) else value) if str(x).strip())
+    if not items:
+        raise ConfigError(f"{flag} is empty; pass a comma-separated list, e.g. {flag} hopper,walker2d.")
+    return items
+
+
+def env_id_of(env: str) -> str:
+    """``"hopper"`` -> ``"Hopper-v5"``; a Gymnasium id passes after a registry check."""
+    from offrl.envs import check_env_id
+
+    if env.lower() in ENV_IDS:
+        return ENV_IDS[env.lower()]
+    try:
+        check_env_id(env, "--envs:")
+    except ConfigError:
+        raise ConfigError(f"--envs: unknown environment '{env}'; use {', '.join(ENV_IDS)} or a Gymnasium id such as Hopper-v5.") from None
+    return env
+
+
+def make_spec(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval_every: int | None = None,
+              eval_episodes: int | None = None, budget: str = "cpu", seed: int = 0,
+              dataset_pattern: str = "{env}-{tier}-v0", overrides: Mapping | None = None) -> BenchmarkSpec:
+    """Check every name and number of a benchmark request; one :class:`ConfigError` per mistake."""
+    from offrl.algos import ALGORITHMS, get_algorithm
+    from offrl.algos.common import apply_overrides
+    from offrl.envs import env_family
+
+    if budget not in BUDGETS:
+        raise ConfigError(f"--budget '{budget}' is unknown; choose one of: {', '.join(BUDGETS)}.")
+    profile = BUDGETS[budget]
+    envs = tuple(env_family(env_id_of(e)) for e in _split(envs, "--envs"))
+    tiers = _split(tiers, "--tiers")
+    for tier in tiers:
+        if tier not in TIERS:
+            raise ConfigError(f"--tiers: unknown tier '{tier}'; choose from {', '.join(TIERS)}.")
+    algos = _split(algos, "--algos")
+    names = []
+    for algo in algos:
+        try:
+            module = get_algorithm(algo)
+        except ConfigError:
+            raise ConfigError(f"--algos: unknown algorithm '{algo}'; choose from {', '.join(ALGORITHMS)}.") from None
+        names.append(module.__name__.split(".")[-1])
+    steps = int(profile["steps"] if steps is None else steps)
+    eval_every = int(profile["eval_every"] if eval_every is None else eval_every)
+    eval_episodes = int(profile["eval_episodes"] if eval_episodes is None else eval_episodes)
+    for flag, value in (("--seeds", seeds), ("--steps", steps), ("--eval-every", eval_every), ("--eval-episodes", eval_episodes)):
+        if int(value) < 1:
+            raise ConfigError(f"{flag} is {value}; it must be a positive integer.")
+    if steps < eval_every:
+        raise ConfigError(f"--steps {steps} is smaller than the evaluation interval --eval-every {eval_every}, so no cell "
+                          f"would be evaluated; raise --steps or lower --eval-every.")
+    if "{env}" not in dataset_pattern or "{tier}" not in dataset_pattern:
+        raise ConfigError(f"--dataset-pattern '{dataset_pattern}' must contain {{env}} and {{tier}}, e.g. {{env}}-{{tier}}-v0.")
+    per_algo: dict[str, dict] = {}
+    for key, value in (overrides or {}).items():
+        algo, _, name = str(key).partition(".")
+        if not name:
+            raise ConfigError(f"--set {key}={value}: write ALGO.FIELD=VALUE, e.g. --set iql.expectile=0.8.")
+        algo = get_algorithm(algo).__name__.split(".")[-1]
+        if algo not in names:
+            raise ConfigError(f"--set {key}: '{algo}' is not in --algos ({', '.join(names)}).")
+        per_algo.setdefault(algo, {})[name] = value
+    for algo, values in per_algo.items():
+        apply_overrides(get_algorithm(algo).Config(), values)   # range-checked before anything runs
+    return BenchmarkSpec(envs, tiers, tuple(names), int(seeds), int(seed), steps, eval_every, eval_episodes,
+                         dataset_pattern, per_algo)
+
+
+def _spec_record(spec: BenchmarkSpec) -> dict:
+    record = asdict(spec)
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in record.items()}
+
+
+def _claim_folder(out: Path, spec: BenchmarkSpec) -> None:
+    """Create ``out`` or check that it holds this benchmark's cells (same cell settings)."""
+    path = out / "benchmark.json"
+    if path.exists():
+        previous = json.loads(path.read_text())
+        for key in CELL_SETTINGS:
+            if previous.get(key) != _spec_record(spec)[key]:
+                flag = "--set" if key == "overrides" else f"--{key.replace('_', '-')}"
+                raise ConfigError(f"{out} holds a benchmark made with {flag} {previous.get(key)!r}, not {_spec_record(spec)[key]!r}; "
+                                  f"its finished cells are kept: pass the same settings to resume it, or choose another --out.")
+        record = {**previous, **{k: sorted(set(previous[k]) | set(_spec_record(spec)[k])) for k in ("envs", "tiers", "algos")}}
+    else:
+        if out.exists() and any(out.iterdir()):
+            raise ConfigError(f"--out {out} exists and is not a benchmark folder (no benchmark.json); choose another --out.")
+        record = _spec_record(spec)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2))
+
+
+def _datasets(spec: BenchmarkSpec) -> dict[tuple[str, str], str]:
+    """The dataset name of every (env, tier), checked to exist before anything trains."""
+    from offrl.data import resolve
+    from offrl.errors import OffrlError
+
+    names = {}
+    for env in spec.envs:
+        for tier in spec.tiers:
+            name = spec.dataset_pattern.format(env=env, tier=tier)
+            try:
+                resolve(name)
+            except OffrlError:
+                raise ConfigError(f"no dataset '{name}' for env {env}, tier {tier}; make it with `offrl collect dataset "
+                                  f"--env {ENV_IDS.get(env, env)} --tier {tier} --zoo ZOO` or pass --dataset-pattern.") from None
+            names[env, tier] = name
+    return names
+
+
+# ---------------------------------------------------------------------- running cells
+def cell_name(env: str, tier: str, algo: str) -> str:
+    return f"{env}-{tier}-{algo}"
+
+
+def summarise_cell(run) -> dict:
+    """Last and best evaluation of a finished run: normalized score (raw return when unknown)."""
+    from offrl.plotting import _by_step
+
+    key = "eval/normalized_score"
+    steps, mean, std = _by_step(run.metrics, key)
+    if not len(steps):
+        key = "eval/return"
+        steps, mean, std = _by_step(run.metrics, key)
+    if not len(steps):
+        return {"metric": key, "last_step": None}
+    best = int(np.argmax(mean))
+    return {"metric": key, "last_step": int(steps[-1]), "last_mean": float(mean[-1]), "last_std": float(std[-1]),
+            "best_step": int(steps[best]), "best_mean": float(mean[best]), "best_std": float(std[best])}
+
+
+def run_cell(spec: BenchmarkSpec, env: str, tier: str, algo: str, dataset: str, out: Path, progress: bool = False) -> dict:
+    """Train (or resume) one cell and write its ``cell.json``; a finished cell is read, not rerun."""
+    from offrl.engine import train
+
+    folder = out / "cells" / cell_name(env, tier, algo)
+    done = folder / "cell.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    resume = (folder / "config.json").exists()
+    previous_wall = 0.0
+    if (folder / "wall.json").exists():
+        previous_wall = float(json.loads((folder / "wall.json").read_text())["seconds"])
+    t0 = time.perf_counter()
+    try:
+        run = train(algo, dataset, steps=spec.steps, seeds=spec.seeds, seed=spec.seed, eval_every=spec.eval_every,
+                    eval_episodes=spec.eval_episodes, out=folder, env=ENV_IDS.get(env), resume=resume,
+                    log_every=min(1000, spec.eval_every), config_overrides=spec.overrides.get(algo), progress=progress)
+    finally:
+        if folder.exists():
+            (folder / "wall.json").write_text(json.dumps({"seconds": previous_wall + time.perf_counter() - t0}))
+    wall = previous_wall + time.perf_counter() - t0
+    cell = {"env": env, "tier": tier, "algo": algo, "dataset": dataset, "seeds": spec.seeds, "steps": spec.steps,
+            **summarise_cell(run), "wall_s": wall, "updates_per_s": spec.seeds * spec.steps / max(wall, 1e-9)}
+    done.write_text(json.dumps(cell, indent=2))
+    return cell
+
+
+def run_benchmark(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval_every: int | None = None,
+                  eval_episodes: int | None = None, budget: str = "cpu", out="bench", seed: int = 0,
+                  dataset_pattern: str = "{env}-{tier}-v0", overrides: Mapping | None = None,
+                  progress: bool = True, log=print) -> list[dict]:
+    """Run every cell not finished yet, then write the table and the figures; returns the cells."""
+    spec = make_spec(envs, tiers, algos, seeds, steps, eval_every, eval_episodes, budget, seed, dataset_pattern, overrides)
+    datasets = _datasets(spec)
+    out = Path(out)
+    _claim_folder(out, spec)
+    cells = []
+    todo = spec.cells()
+    for i, (env, tier, algo) in enumerate(todo, 1):
+        finished = (out / "cells" / cell_name(env, tier, algo) / "cell.json").exists()
+        log(f"[{i}/{len(todo)}] {cell_name(env, tier, algo)}" + (" (finished earlier, kept)" if finished else ""))
+        cells.append(run_cell(spec, env, tier, algo, datasets[env, tier], out, progress=progress))
+    write_table(cells, out)
+    write_figures(spec, out)
+    return cells
+
+
+# ---------------------------------------------------------------------- the table and figures
+def _fmt(mean, std) -> str:
+    return "-" if mean is None or not math.isfinite(mean) else f"{mean:.1f} ± {std:.1f}"
+
+
+def results_markdown(cells: Sequence[dict]) -> str:
+    """Rows ``env-tier``, one column per algorithm, as in the D4RL tables of the IQL/CQL papers."""
+    algos = list(dict.fromkeys(c["algo"] for c in cells))
+    rows = list(dict.fromkeys(f"{c['env']}-{c['tier']}" for c in cells))
+    by = {(f"{c['env']}-{c['tier']}", c["algo"]): c for c in cells}
+    metric = "normalized score" if all(c.get("metric") == "eval/normalized_score" for c in cells) else "normalized score (raw return where references are unknown)"
+    steps = sorted({c["steps"] for c in cells})
+    seeds = sorted({c["seeds"] for c in cells})
+    lines = [f"# offrl benchmark", "",
+             f"{metric.capitalize()}, mean ± std over {', '.join(map(str, seeds))} seeds, after {', '.join(f'{s:,}' for s in steps)} updates.", ""]
+    for title, prefix in (("Last evaluation", "last"), ("Best evaluation (the step with the highest mean; optimistic)", "best")):
+        lines += [f"## {title}", "", "| dataset | " + " | ".join(a.upper() for a in algos) + " |",
+                  "|---|" + "---|" * len(algos)]
+        for row in rows:
+            cells_ = [by.get((row, a)) for a in algos]
+            lines.append(f"| {row} | " + " | ".join("-" if c is None else _fmt(c.get(f"{prefix}_mean"), c.get(f"{prefix}_std")) for c in cells_) + " |")
+        lines.append("")
+    lines += ["## Wall time per cell (seconds, all seeds together, including evaluation)", "",
+              "| dataset | " + " | ".join(a.upper() for a in algos) + " |", "|---|" + "---|" * len(algos)]
+    for row in rows:
+        lines.append(f"| {row} | " + " | ".join("-" if by.get((row, a)) is None else f"{by[row, a]['wall_s']:.0f}" for a in algos) + " |")
+    lines += ["", "![learning curves](learning_curves.png)", "", "![Q vs return](q_vs_return.png)"]
+    return "\n".join(lines) + "\n"
+
+
+CSV_COLUMNS = ("env", "tier", "algo", "dataset", "seeds", "steps", "metric", "last_step", "last_mean", "last_std",
+               "best_step", "best_mean", "best_std", "wall_s", "updates_per_s")
+
+
+def write_table(cells: Sequence[dict], out: Path) -> dict[str, Path]:
+    out = Path(out)
+    with open(out / "results.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for cell in cells:
+            writer.writerow(cell)
+    (out / "results.md").write_text(results_markdown(cells))
+    return {"csv": out / "results.csv", "markdown": out / "results.md"}
+
+
+def write_figures(spec: BenchmarkSpec, out: Path) -> list[Path]:
+    """``learning_curves.png`` and ``q_vs_return.png``: one panel per (env, tier), one line per algorithm."""
+    from offrl.engine import load_run
+    from offrl.plotting import plot_panels
+
+    panels = {}
+    for env in spec.envs:
+        for tier in spec.tiers:
+            runs = []
+            for algo in spec.algos:
+                folder = Path(out) / "cells" / cell_name(env, tier, algo)
+                if (folder / "cell.json").exists():
+                    runs.append(load_run(folder, with_agent=False))
+            panels[f"{env}-{tier}"] = runs
+    return plot_panels(panels, out)

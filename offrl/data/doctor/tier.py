@@ -1,0 +1,285 @@
+"""The dataset doctor's decision rule: what *kind* of data, how *good*, which tier, what to train.
+
+Two questions, answered from different evidence:
+
+**Kind** (scale-free; needs no reference returns). Signals from
+:mod:`offrl.data.doctor.stats`:
+
+* ``predictability``: held-out k-NN ``R^2`` of actions from observations;
+* ``consistency trend``: Spearman's correlation of per-episode ``R^2`` with file position;
+* ``return trend``: Spearman's correlation of episode return with file position;
+* ``return shape along the file``: variance of the return ranks explained by a line
+  (``linear``) and by one step (``step``);
+* ``return modes``: Otsu split and Ashman's ``D`` of the returns;
+* ``action autocorrelation`` (lag 1) and the flatness of the action histograms.
+
+Spearman's correlation over ``E`` episodes has a standard deviation of about ``1 / sqrt(E - 1)``
+without any trend (0.16 at 40 episodes), hence the margins of the thresholds. The rule, in order:
+
+1. when the returns rise along the file (return trend ``>= 0.4``): **learning history** if
+   they rise gradually (``linear >= 0.85 step``), else **mixture of policies** (blocks:
+   datasets written one after another); a change of consistency along the file supports either;
+2. otherwise, **learning history** when the behaviour grows more consistent along the file
+   (consistency trend ``>= 0.5``: a learner's entropy falls, even where its returns do not
+   show it yet) and **mixture of policies** when it grows less consistent (``<= -0.5``); two
+   return modes add support;
+3. **random actions** when the actions are unpredictable from the states (``R^2 < 0.15``);
+4. **one policy** otherwise. Two return modes alone do not make a mixture: one policy whose
+   return depends on the start state (Pendulum) has them too, so they count against one
+   policy (lowering the confidence) without changing the kind; a shuffled mixture of two
+   policies is reported as one policy with that caveat.
+
+Confidence counts the signals that support the kind (each listed in ``evidence``):
+``high`` needs two or more, no signal pointing to another kind, at least 20 episodes, and a
+metadata tier (if any) of the same kind; each failed condition lowers it one step
+(``high -> medium -> low``). One signal alone never gives ``high``.
+
+**Level** (needs reference returns; the references and their source are reported):
+per-episode ``s = 100 (R - R_random) / (R_expert - R_random)`` (D4RL, Fu et al. 2020);
+the median, and for a mixture each mode's mean.
+
+**Tier** (D4RL's names) from both: random actions -> *random*; learning history ->
+*medium-replay*; mixture -> *medium-expert* (the better mode ``>= 75``, or the level unknown),
+else *medium-replay*; one policy -> *expert* (median ``>= 85``), *random* (``< 15``: a poor
+policy such as a randomly initialised actor), else *medium*, and unknown without references.
+The metadata's tier is reported beside it.
+
+**Recommendation** (the dataset-quality table) cites both: random actions -> CQL; one policy
+near expert -> BC (TD3+BC when the scores spread widely); one weaker policy, a mixture or a
+learning history -> IQL.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+RANDOM_BELOW = 15.0
+EXPERT_FROM = 85.0
+MIXTURE_HIGH_FROM = 75.0
+WIDE_SPREAD = 30.0
+RETURN_TREND_FROM = 0.4
+CONSISTENCY_TREND_FROM = 0.5
+PREDICTABLE_BELOW = 0.15
+GRADUAL_RATIO = 0.85
+IID_AUTOCORR_BELOW = 0.2
+FLAT_ACTIONS_FROM = 0.9
+MIN_EPISODES_FOR_HIGH = 20
+
+KINDS = ("random actions", "one policy", "mixture of policies", "learning history")
+TIERS = ("random", "medium", "medium-replay", "medium-expert", "expert")
+#: the kinds of data each declared tier can be (D4RL's random tier is a randomly initialised policy).
+KINDS_OF_TIER = {"random": ("random actions", "one policy"), "medium": ("one policy",), "expert": ("one policy",),
+                 "medium-replay": ("learning history", "mixture of policies"), "full-replay": ("learning history",),
+                 "medium-expert": ("mixture of policies",)}
+CONFIDENCE = ("low", "medium", "high")
+
+
+def _finite(x) -> bool:
+    return x is not None and bool(np.isfinite(x))
+
+
+def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, modes: dict,
+                 action_autocorr: float = float("nan"), action_entropy: float = float("nan")) -> dict:
+    """The kind of data and the signals for and against it (see the module rule).
+
+    Returns ``{"estimate", "support", "against", "evidence": [{"signal", "value", "points_to", "reason"}]}``.
+    """
+    r2, consistency = predictability.get("r2"), predictability.get("trend")
+    linear, step = order_fit.get("linear"), order_fit.get("step")
+    rising = _finite(return_trend) and return_trend >= RETURN_TREND_FROM
+    gradual = rising and _finite(linear) and _finite(step) and linear >= GRADUAL_RATIO * step
+    blocks = rising and not gradual
+    more_consistent = _finite(consistency) and consistency >= CONSISTENCY_TREND_FROM
+    less_consistent = _finite(consistency) and consistency <= -CONSISTENCY_TREND_FROM
+    unpredictable = _finite(r2) and r2 < PREDICTABLE_BELOW
+    evidence = []
+
+    def note(signal, value, points_to, reason):
+        evidence.append({"signal": signal, "value": value, "points_to": points_to, "reason": reason})
+
+    if more_consistent or less_consistent:
+        direction = "more" if more_consistent else "less"
+        if blocks:
+            note("consistency trend", consistency, "mixture of policies",
+                 f"actions grow {direction} predictable from the states along the file (Spearman {consistency:.2f} of per-episode R^2 with position): the behaviour policy changes")
+        elif more_consistent:
+            note("consistency trend", consistency, "learning history",
+                 f"actions grow more predictable from the states along the file (Spearman {consistency:.2f} of per-episode R^2 with position), as a learner's do")
+        else:
+            note("consistency trend", consistency, "mixture of policies",
+                 f"actions grow less predictable from the states along the file (Spearman {consistency:.2f}): the behaviour policy changes")
+    if gradual:
+        note("return trend", return_trend, "learning history",
+             f"returns rise gradually along the file (Spearman {return_trend:.2f}; a line explains {100 * linear:.0f}% of the rank variance, one step {100 * step:.0f}%)")
+    if blocks:
+        note("return blocks", step, "mixture of policies",
+             f"returns rise along the file in blocks (one step at episode {order_fit.get('step_at')} explains {100 * step:.0f}% of the rank variance, a line {100 * linear:.0f}%): datasets written one after another")
+    if modes.get("bimodal"):
+        note("return modes", modes.get("ashman_d"), "mixture of policies",
+             f"returns have two modes ({100 * (1 - modes['low_fraction']):.0f}% of episodes in the upper one, Ashman's D {modes['ashman_d']:.1f})")
+    if _finite(r2):
+        if unpredictable:
+            note("predictability", r2, "random actions",
+                 f"actions are not predictable from the states (held-out k-NN R^2 {r2:.2f} < {PREDICTABLE_BELOW})")
+        else:
+            note("predictability", r2, "one policy",
+                 f"actions depend on the states (held-out k-NN R^2 {r2:.2f})")
+    if _finite(action_autocorr):
+        if action_autocorr < IID_AUTOCORR_BELOW:
+            note("action autocorrelation", action_autocorr, "random actions",
+                 f"consecutive actions are nearly uncorrelated (lag-1 autocorrelation {action_autocorr:.2f}); stochastic policies can be too")
+        else:
+            note("action autocorrelation", action_autocorr, "one policy",
+                 f"consecutive actions are correlated (lag-1 autocorrelation {action_autocorr:.2f})")
+    if _finite(action_entropy) and action_entropy >= FLAT_ACTIONS_FROM and unpredictable:
+        note("action histogram", action_entropy, "random actions",
+             f"every action dimension's histogram is nearly flat (entropy {action_entropy:.2f} of the maximum)")
+    if _finite(return_trend) and abs(return_trend) < RETURN_TREND_FROM and not (more_consistent or less_consistent):
+        note("no trend", return_trend, "one policy",
+             f"neither the returns (Spearman {return_trend:.2f}) nor the behaviour change along the file")
+
+    if gradual:
+        kind = "learning history"
+    elif blocks:
+        kind = "mixture of policies"
+    elif more_consistent:
+        kind = "learning history"
+    elif less_consistent:
+        kind = "mixture of policies"
+    elif unpredictable:
+        kind = "random actions"
+    else:
+        kind = "one policy"
+    support = [e for e in evidence if e["points_to"] == kind]
+    against = [e for e in evidence if e["points_to"] != kind and not _compatible(e, kind)]
+    if kind == "one policy" and modes.get("bimodal"):
+        for e in support + evidence:
+            if e["signal"] == "return modes":
+                e["reason"] += ("; with nothing changing along the file this reads as one policy whose return depends on the"
+                                " start state (a shuffled mixture of two policies would look the same)")
+                break
+    return {"estimate": kind, "support": support, "against": against, "evidence": evidence}
+
+
+def _compatible(e: dict, kind: str) -> bool:
+    """Signals that point elsewhere but do not contradict ``kind``."""
+    if kind == "random actions" and e["signal"] == "no trend":
+        return True   # uniform actions do not change along the file either
+    if kind != "random actions" and e["signal"] in ("action autocorrelation", "action histogram"):
+        return True   # a stochastic policy's consecutive actions can be uncorrelated
+    if kind in ("learning history", "mixture of policies") and e["points_to"] == "one policy" and e["signal"] != "no trend":
+        return True   # each policy in the file is predictable
+    if kind == "learning history" and e["signal"] == "return modes":
+        return True   # early and late returns can form two modes
+    if kind == "learning history" and e["signal"] == "predictability":
+        return True   # early random exploration makes the whole file hard to predict
+    return False
+
+
+def level_of_data(scores, references: dict | None, modes: dict | None = None) -> dict | None:
+    """How good: the median normalized score (and each mode's mean), naming the references."""
+    if scores is None or references is None:
+        return None
+    s = np.asarray(scores, dtype=np.float64)
+    out = {"median_score": float(np.median(s)), "score_spread": float(np.percentile(s, 90) - np.percentile(s, 10)),
+           "references": references}
+    if modes and modes.get("bimodal"):
+        out["low_mode_score"], out["high_mode_score"] = modes["low_mean"], modes["high_mean"]
+    return out
+
+
+def tier_name(kind: str, level: dict | None) -> str | None:
+    """D4RL's tier name for a kind and a level (``None`` when the level is needed and unknown)."""
+    if kind == "random actions":
+        return "random"
+    if kind == "learning history":
+        return "medium-replay"
+    if kind == "mixture of policies":
+        if level is None:
+            return "medium-expert"
+        high = level.get("high_mode_score", level["median_score"])
+        return "medium-expert" if high >= MIXTURE_HIGH_FROM else "medium-replay"
+    if level is None:
+        return None
+    med = level["median_score"]
+    return "expert" if med >= EXPERT_FROM else ("random" if med < RANDOM_BELOW else "medium")
+
+
+def estimate_tier(kind: dict, level: dict | None, episodes: int, declared: str | None = None) -> dict:
+    """Combine kind and level into the tier estimate, its confidence and its reasons."""
+    tier = tier_name(kind["estimate"], level)
+    support, against = kind["support"], kind["against"]
+    reasons = [f"kind: {kind['estimate']}"] + [f"  {e['reason']}" for e in support]
+    reasons += [f"  against: {e['reason']}" for e in against]
+    if level is None:
+        reasons.append("level: unknown (no reference returns; pass --env or add ref_min_score/ref_max_score to the metadata)")
+        if kind["estimate"] == "one policy":
+            reasons.append("  whether one policy is a random, medium or expert tier depends on its level, which is unknown")
+    else:
+        refs = level["references"]
+        text = (f"level: median normalized score {level['median_score']:.1f} against R_random {refs['random']:.4g} and "
+                f"R_expert {refs['expert']:.4g} ({refs['source']})")
+        if "high_mode_score" in level:
+            text += f"; the two modes score about {level['low_mode_score']:.0f} and {level['high_mode_score']:.0f}"
+        reasons.append(text)
+
+    start = min(len(support), 2)
+    why = ["two or more signals support the kind" if start == 2 else
+           ("only one signal supports the kind" if start == 1 else "no signal supports the kind directly")]
+    lowered = []
+    if against:
+        lowered.append(f"{len(against)} signal(s) point to another kind")
+    if episodes < MIN_EPISODES_FOR_HIGH:
+        lowered.append(f"only {episodes} episodes")
+    declared_kinds = KINDS_OF_TIER.get(str(declared)) if declared else None
+    agrees = None
+    if declared:
+        kind_ok = declared_kinds is None or kind["estimate"] in declared_kinds
+        agrees = kind_ok and (tier is None or declared == tier)
+        if not kind_ok:
+            lowered.append(f"the metadata says tier '{declared}', which is {' or '.join(declared_kinds)} data, not {kind['estimate']}")
+        elif not agrees:
+            lowered.append(f"the metadata says tier '{declared}', not '{tier}'")
+    confidence = CONFIDENCE[max(0, start - len(lowered))]
+    reasons.append(f"confidence {confidence}: " + "; ".join(why + lowered))
+    return {"estimate": tier, "kind": kind["estimate"], "confidence": confidence, "reasons": reasons,
+            "declared": declared, "agrees_with_metadata": agrees, "evidence": kind["evidence"], "level": level,
+            "normalized": level is not None,
+            "median_score": level["median_score"] if level else None,
+            "score_spread": level["score_spread"] if level else None}
+
+
+def recommend(tier: dict, coverage: dict | None = None) -> dict:
+    """The algorithm the dataset-quality table suggests for this kind and level, with reasons citing both."""
+    kind, t = tier.get("kind"), tier["estimate"]
+    level = tier.get("level")
+    med = level["median_score"] if level else None
+    level_text = f"median normalized score {med:.0f}" if med is not None else "level unknown"
+    if kind is None:  # a hand-built tier dict: read the kind from the tier name
+        kind = {"random": "random actions", "medium-replay": "learning history", "medium-expert": "mixture of policies"}.get(t, "one policy")
+    if kind == "random actions":
+        algo, alts = "CQL", ["IQL"]
+        reasons = [f"random actions ({level_text}): cloning them reproduces random behaviour, and the values of actions the data rarely shows are easily over-estimated",
+                   "CQL's conservative penalty pushes down Q-values of unseen actions, which matters most when coverage of good states is low"]
+        if coverage is not None and coverage.get("occupied_fraction", 1.0) < 0.3:
+            reasons.append(f"state coverage is low ({100 * coverage['occupied_fraction']:.0f}% of the PCA grid occupied)")
+    elif kind == "one policy" and t == "expert":
+        spread = tier.get("score_spread") or 0.0
+        if spread > WIDE_SPREAD:
+            algo, alts = "TD3+BC", ["BC"]
+            reasons = [f"one near-expert policy ({level_text}) with a wide spread of scores ({spread:.0f} points): TD3+BC's value term lets it prefer the better episodes while its BC term keeps it close to the data",
+                       "plain BC also imitates the weaker episodes"]
+        else:
+            algo, alts = "BC", ["TD3+BC"]
+            reasons = [f"one near-expert policy ({level_text}), narrow data: behaviour cloning copies the good behaviour directly",
+                       "TD3+BC adds a value term on top of the BC term and is the safer choice if some episodes are weaker"]
+    else:
+        algo = "IQL"
+        alts = ["TD3+BC"] if kind in ("one policy", "mixture of policies") else ["CQL", "TD3+BC"]
+        what = {"one policy": "one suboptimal policy" if med is not None else "one policy of unknown quality",
+                "mixture of policies": "a mixture of policies", "learning history": "a learner's history of improving policies"}[kind]
+        reasons = [f"{what} ({level_text}): IQL learns values in-sample with an expectile loss, so it improves on the behaviour without querying actions outside the data",
+                   "its advantage-weighted policy extraction keeps the better actions and down-weights the worse episodes"]
+    if tier.get("confidence") == "low":
+        reasons.append("the estimate is uncertain; IQL is the most robust default across tiers if in doubt")
+    return {"algorithm": algo, "alternatives": alts, "reasons": reasons}

@@ -1,0 +1,27 @@
+"""The doctor on tiers that ``offrl collect`` builds from a short SAC zoo (the session fixture's
+2,000 Pendulum steps): the kind of data is read from the data, not from the zoo's references."""
+
+import pytest
+
+from offrl.collect.tiers import build_tier_dataset
+from offrl.data.doctor import inspect_dataset
+
+KIND_OF = {"random": "random actions", "medium": "one policy", "medium-expert": "mixture of policies",
+           "expert": "one policy"}
+
+
+@pytest.mark.parametrize("tier", sorted(KIND_OF))
+def test_collected_tiers_are_classified_by_kind(pendulum_zoo, tier):
+    ds = build_tier_dataset(pendulum_zoo, tier, size=4000, seed=0, env_id="Pendulum-v1", num_envs=4)
+    report = inspect_dataset(ds)
+    assert report["tier"]["kind"] == KIND_OF[tier], report["tier"]["reasons"]
+    assert report["reference_returns"]["source"].startswith("measured in the zoo")
+
+
+def test_a_replay_too_short_for_trends_is_low_confidence(pendulum_zoo):
+    """2,000 SAC steps hold 10 episodes at most: too few for a trend along the file, so the doctor
+    cannot see the learning and says its estimate is weak."""
+    ds = build_tier_dataset(pendulum_zoo, "medium-replay", size=4000, seed=0, env_id="Pendulum-v1", num_envs=4)
+    tier = inspect_dataset(ds)["tier"]
+    assert ds.num_episodes < 20 and tier["confidence"] == "low"
+    assert tier["agrees_with_metadata"] is False or tier["kind"] == "learning history"

@@ -1,0 +1,95 @@
+"""``offrl benchmark`` on tiny bundled Pendulum data: the table, resuming cell by cell, bad input."""
+
+import csv
+import json
+
+import pytest
+
+from offrl.benchmark import results_markdown, run_benchmark
+from offrl.cli import main
+
+TINY = dict(envs="pendulum", tiers="medium,expert", algos="bc", seeds=2, steps=200, eval_every=100, eval_episodes=1,
+            overrides={"bc.hidden_dims": "32,32"}, progress=False, log=lambda s: None)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "b"
+    cells = run_benchmark(out=out, **TINY)
+    return out, cells
+
+
+def test_every_cell_is_trained_evaluated_and_tabulated(bench):
+    out, cells = bench
+    assert [(c["env"], c["tier"], c["algo"]) for c in cells] == [("pendulum", "medium", "bc"), ("pendulum", "expert", "bc")]
+    for c in cells:
+        assert c["metric"] == "eval/normalized_score" and c["last_step"] == 200 and c["seeds"] == 2
+        assert c["best_mean"] >= c["last_mean"] and c["wall_s"] > 0
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [r["tier"] for r in rows] == ["medium", "expert"] and float(rows[0]["last_mean"]) == pytest.approx(cells[0]["last_mean"])
+    table = (out / "results.md").read_text()
+    assert "## Last evaluation" in table and "## Best evaluation" in table and "Wall time per cell" in table
+    assert "| pendulum-medium | " in table and "| dataset | BC |" in table
+    for name in ("learning_curves.png", "q_vs_return.png", "benchmark.json"):
+        assert (out / name).stat().st_size > 0
+
+
+def test_markdown_layout_hand_made():
+    cells = [{"env": "hopper", "tier": "medium", "algo": a, "seeds": 3, "steps": 1000, "metric": "eval/normalized_score",
+              "last_mean": m, "last_std": 1.0, "best_mean": m + 5, "best_std": 2.0, "wall_s": 60.0} for a, m in (("bc", 50.0), ("iql", 60.0))]
+    text = results_markdown(cells)
+    assert "| hopper-medium | 50.0 ± 1.0 | 60.0 ± 1.0 |" in text and "| hopper-medium | 55.0 ± 2.0 | 65.0 ± 2.0 |" in text
+    assert "| hopper-medium | 60 | 60 |" in text and "mean ± std over 3 seeds, after 1,000 updates" in text
+
+
+def test_finished_cells_are_kept_and_an_interrupted_cell_resumes(bench, tmp_path):
+    out, cells = bench
+    finished = out / "cells" / "pendulum-medium-bc" / "cell.json"
+    before = finished.read_text(), finished.stat().st_mtime_ns
+    # Interrupt the expert cell of a second benchmark halfway, then rerun: it resumes from its checkpoint.
+    from offrl.engine import train
+
+    other = tmp_path / "b2"
+    run_benchmark(out=other, **{**TINY, "tiers": "medium"})
+    folder = other / "cells" / "pendulum-expert-bc"
+    train("bc", "pendulum-expert-v0", steps=200, seeds=2, eval_every=100, eval_episodes=1, out=folder, env="Pendulum-v1",
+          log_every=100, config_overrides={"hidden_dims": "32,32"}, progress=False, stop_at=100)
+    assert not (folder / "cell.json").exists()
+    logged = []
+    cells2 = run_benchmark(out=other, **{**TINY, "log": logged.append})
+    assert any("pendulum-medium-bc (finished earlier, kept)" in line for line in logged)
+    resumed = next(c for c in cells2 if c["tier"] == "expert")
+    uninterrupted = next(c for c in cells if c["tier"] == "expert")
+    assert resumed["last_mean"] == pytest.approx(uninterrupted["last_mean"]) and resumed["best_mean"] == pytest.approx(uninterrupted["best_mean"])
+    # rerunning the first benchmark trains nothing and rewrites no finished cell
+    run_benchmark(out=out, **TINY)
+    assert (finished.read_text(), finished.stat().st_mtime_ns) == before
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--envs", "pendulum,atlantis"], "--envs: unknown environment 'atlantis'"),
+    (["--envs", "pendulum", "--tiers", "medium,mediocre"], "--tiers: unknown tier 'mediocre'"),
+    (["--envs", "pendulum", "--algos", "bc,sarsa"], "--algos: unknown algorithm 'sarsa'"),
+    (["--envs", "pendulum", "--steps", "100", "--eval-every", "500"], "--steps 100 is smaller than the evaluation interval --eval-every 500"),
+    (["--envs", "pendulum", "--tiers", "full-replay"], "--tiers: unknown tier 'full-replay'"),
+    (["--envs", "hopper", "--tiers", "expert"], "no dataset 'hopper-expert-v0'"),
+    (["--envs", "pendulum", "--set", "bc.batch_size=0"], "'batch_size' of bc is 0"),
+])
+def test_bad_requests_are_one_line_exit_2_and_write_nothing(tmp_path, capsys, argv, needle):
+    out = tmp_path / "never"
+    rc = main(["benchmark", "--out", str(out), "--algos", "bc", "--tiers", "medium", *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and needle in err, err
+    assert not out.exists()
+
+
+def test_a_folder_of_another_benchmark_is_refused_and_its_cells_kept(bench, capsys):
+    out, _ = bench
+    finished = out / "cells" / "pendulum-medium-bc" / "cell.json"
+    before = finished.read_text()
+    rc = main(["benchmark", "--out", str(out), "--envs", "pendulum", "--tiers", "medium", "--algos", "bc", "--seeds", "2",
+               "--steps", "400", "--eval-every", "100", "--eval-episodes", "1", "--set", "bc.hidden_dims=32,32"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "holds a benchmark made with --steps 200, not 400" in err and err.count("\n") == 0
+    assert finished.read_text() == before
+    assert json.loads((out / "benchmark.json").read_text())["steps"] == 200
