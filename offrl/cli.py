@@ -25,6 +25,7 @@ COMMANDS = (
     "plot",
     "export",
     "collect",
+    "ope",
     "prefs",
 )
 
