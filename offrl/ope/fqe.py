@@ -5,7 +5,8 @@ FQE regresses ``Q_theta`` onto the target policy's Bellman backup on logged tran
     y_i = r_i + gamma * m_i * Qbar(s'_i, pi(s'_i))          (m_i = 0 at a true terminal)
     L(theta) = mean_i (Q_theta(s_i, a_i) - y_i)^2
 
-with ``Qbar`` a Polyak-averaged target network (``tau``). For a discrete policy the network
+with ``Qbar`` a Polyak-averaged target network (``tau``), or a copy of ``Q_theta`` refreshed
+every ``target_update_period`` steps (the paper's iterations of fitted regression). For a discrete policy the network
 outputs one value per action and the backup is ``sum_a' pi(a'|s') Qbar(s', a')``. The policy
 enters only through ``pi(s')`` (or ``pi(.|s')``), computed once for the whole dataset before
 training, so one jitted ``lax.scan`` chunk updates ``P`` policies x ``S`` seeds at once
@@ -43,7 +44,8 @@ class FQEConfig:
     hidden_dims: tuple[int, ...] = (256, 256)   # critic MLP (d3rlpy's FQE default encoder is 256x256)
     learning_rate: float = 1e-4                 # Adam (d3rlpy FQE default)
     discount: float = 0.99
-    tau: float = 0.005                          # Polyak rate of the target network
+    tau: float = 0.005                          # Polyak rate of the target network ...
+    target_update_period: int = 0               # ... or, when > 0, a hard copy every this many steps (d3rlpy: 100)
     batch_size: int = 256
     num_actions: int | None = None              # discrete: the critic outputs one Q per action
     seed: int = 0
@@ -148,7 +150,11 @@ def update(agent: FQEAgent, data: FQEData, next_policy: jax.Array, seed_key: jax
 
     (loss, q), grads = jax.value_and_grad(loss_fn, has_aux=True)(agent.critic.params)
     critic = agent.critic.apply_gradients(grads=grads)
-    target_params = optax.incremental_update(critic.params, agent.target_params, config.tau)
+    if config.target_update_period > 0:
+        refresh = (agent.step + 1) % config.target_update_period == 0
+        target_params = jax.tree_util.tree_map(lambda new, old: jnp.where(refresh, new, old), critic.params, agent.target_params)
+    else:
+        target_params = optax.incremental_update(critic.params, agent.target_params, config.tau)
     agent = agent.replace(critic=critic, target_params=target_params, step=agent.step + 1)
     return agent, {"fqe/loss": loss, "fqe/q_mean": q.mean()}
 

@@ -1,3 +1,4 @@
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -53,7 +54,21 @@ def test_fqe_continuous_critic_learns_a_constant_reward_value():
     act = rng.uniform(-1, 1, size=(2000, 2)).astype(np.float32)
     ds = Dataset.from_arrays(obs, act, act[:, 0], np.ones(2000, bool), next_observations=obs)
     data = fqe.fqe_data(ds, np.zeros((1, 2000, 2), np.float32))
-    agents = fqe.create(fqe.FQEConfig(hidden_dims=(64, 64), learning_rate=1e-3), data)
-    agents, _ = fqe.train(agents, data, num_steps=1500, chunk=500)
-    q = fqe.q_values(agents, data, obs[:200], act[:200])[0, 0]
-    assert np.abs(q - act[:200, 0]).mean() < 0.05
+    for extra in ({}, {"target_update_period": 50}):
+        agents = fqe.create(fqe.FQEConfig(hidden_dims=(64, 64), learning_rate=1e-3, **extra), data)
+        agents, _ = fqe.train(agents, data, num_steps=1500, chunk=500)
+        q = fqe.q_values(agents, data, obs[:200], act[:200])[0, 0]
+        assert np.abs(q - act[:200, 0]).mean() < 0.05
+
+
+def test_hard_target_update_copies_every_period():
+    from offrl.data.dataset import Dataset
+
+    obs = np.random.default_rng(0).normal(size=(64, 2)).astype(np.float32)
+    ds = Dataset.from_arrays(obs, obs[:, :1], obs[:, 0], np.zeros(64, bool), next_observations=obs)
+    data = fqe.fqe_data(ds, np.zeros((1, 64, 1), np.float32))
+    agents = fqe.create(fqe.FQEConfig(hidden_dims=(8,), learning_rate=1e-2, target_update_period=3, batch_size=8), data)
+    same = lambda a: all(bool(jnp.all(x == y)) for x, y in zip(jax.tree_util.tree_leaves(a.critic.params), jax.tree_util.tree_leaves(a.target_params)))  # noqa: E731
+    for step in range(1, 7):
+        agents, _ = fqe.train(agents, data, num_steps=1, chunk=1)
+        assert same(agents) == (step % 3 == 0), step
