@@ -145,3 +145,23 @@ def test_ope_on_a_trained_run(tmp_path, capsys):
     run = _tiny_run(tmp_path, data)
     assert main(["select", str(run), exports[0], "--dataset", data, "--by", "dr", *FAST]) == 0
     assert "selected:" in capsys.readouterr().out
+
+
+def test_check_rolls_out_and_scores_estimators(tmp_path, capsys):
+    from pathlib import Path
+
+    import offrl
+
+    data = str(Path(offrl.__file__).parent / "datasets" / "pendulum-medium-v0.hdf5")
+    rng = np.random.default_rng(1)
+    exports = [str(save_numpy_policy(tmp_path / f"pend{k}", [(rng.normal(size=(3, 8)), np.zeros(8)), (rng.normal(size=(8, 1)), np.zeros(1))],
+                                     np.zeros(3), np.ones(3), [-2.0], [2.0], {"env_id": "Pendulum-v1", "step": k}))
+               for k in range(2)]
+    out = tmp_path / "out"
+    rc = main(["ope", *exports, "--dataset", data, "--estimators", "fqe,wis", "--check", "--episodes", "2", "--out", str(out), *FAST])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "Spearman" in printed and "regret@1" in printed
+    payload = json.loads((out / "ope.json").read_text())
+    assert set(payload["truth"]) == {"pend0", "pend1"} and payload["truth"]["pend0"]["value"] < 0   # pendulum rewards are <= 0
+    assert set(payload["check_metrics"]) == {"fqe", "wis"} and (out / "check.png").exists()
