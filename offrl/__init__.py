@@ -32,6 +32,10 @@ _EXPORTS = {
     "load_numpy_policy": ("offrl.policy", "load_numpy_policy"),
     "measure_throughput": "offrl.engine",
     "ALGORITHMS": ("offrl.algos", "ALGORITHMS"),
+    # off-policy evaluation
+    "evaluate_policies": ("offrl.ope.evaluate", "evaluate_policies"),
+    "OPEConfig": ("offrl.ope.evaluate", "OPEConfig"),
+    "load_target_policy": ("offrl.ope.policies", "load_policy"),
     # language-model preference optimisation (needs the `llm` extra: torch + transformers)
     "load_preferences": "offrl.prefs",
     "train_sft": "offrl.prefs",
