@@ -36,6 +36,10 @@ _EXPORTS = {
     "ALGORITHMS": ("offrl.algos", "ALGORITHMS"),
     "run_benchmark": ("offrl.benchmark", "run_benchmark"),
     "check_config": ("offrl.algos.ranges", "check_config"),
+    # off-policy evaluation
+    "evaluate_policies": ("offrl.ope.evaluate", "evaluate_policies"),
+    "OPEConfig": ("offrl.ope.evaluate", "OPEConfig"),
+    "load_target_policy": ("offrl.ope.policies", "load_policy"),
     # language-model preference optimisation (needs the `llm` extra: torch + transformers)
     "load_preferences": "offrl.prefs",
     "train_sft": "offrl.prefs",

@@ -27,6 +27,7 @@ COMMANDS = (
     "export",
     "collect",
     "benchmark",
+    "ope",
     "prefs",
 )
 

@@ -1,0 +1,315 @@
+"""Off-policy evaluation benchmarks: estimator speed, FQE vs d3rlpy, and estimators vs the truth.
+
+``speed``: (a) every trajectory estimator (IS, PDIS, WIS, WPDIS, clipped IS, DR, WDR, DM, each
+with a 1000-resample bootstrap interval) on 1M synthetic transitions (1000 episodes of 1000
+steps), timed one by one; (b) FQE updates/s of ``offrl.ope.fqe`` against ``d3rlpy.ope.FQE`` on
+the same 100k HalfCheetah-shaped transitions (obs 17, action 6) with the same settings:
+256 x 256 critic, one critic, batch 256, Adam 1e-4, a hard target copy every 100 steps, the
+target policy a 256 x 256 deterministic MLP. d3rlpy calls the policy on every minibatch's
+next observations; offrl computes ``pi(s')`` once for the dataset (timed, and added to its
+total), then runs jitted ``lax.scan`` chunks. Rounds alternate between the two sides so
+background load hits both alike; medians are reported. offrl is also timed evaluating ten
+policies at once (``vmap``), reported as policy-updates/s.
+
+``tiers``: candidates are checkpoints of BC, TD3+BC, IQL and CQL trained on the bundled
+``hopper-medium-20k-v0`` tier (made by ``offrl collect``; it logs the behaviour policy's
+``action_log_probs``) at several step counts (each exported after training to that step,
+then resumed). Every estimator evaluates every candidate on that dataset; each candidate is then
+rolled out in Hopper-v5 for the true discounted return, and the table reports each estimator's
+absolute and relative error, Spearman rank correlation and regret@1.
+
+Run::
+
+    python benchmarks/ope.py speed --no-d3rlpy
+    /work/venv-bench/bin/python benchmarks/ope.py speed          # with d3rlpy (see benchmarks/README.md)
+    python benchmarks/ope.py tiers --steps 2000,5000,10000 --out benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+OBS_DIM, ACTION_DIM, BATCH = 17, 6, 256
+
+
+# ---------------------------------------------------------------------- (a) trajectory estimators
+def time_estimators(num_episodes: int = 1000, horizon: int = 1000, num_bootstrap: int = 1000) -> dict:
+    from offrl.ope import estimators as est
+
+    rng = np.random.default_rng(0)
+    n = num_episodes * horizon
+    rewards, q, v = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+    logp_e, logp_b = rng.normal(scale=0.1, size=n), rng.normal(scale=0.1, size=n)
+    starts = np.arange(num_episodes) * horizon
+    t0 = time.perf_counter()
+    episodes = est.make_episodes(rewards, logp_e, logp_b, starts, starts + horizon, 0.99, q, v)
+    times = {"pad to (N, T)": time.perf_counter() - t0}
+    for name in est.ESTIMATORS:
+        t0 = time.perf_counter()
+        est.estimate(episodes, name, num_bootstrap=num_bootstrap)
+        times[name] = time.perf_counter() - t0
+    return {"transitions": n, "episodes": num_episodes, "horizon": horizon, "bootstrap": num_bootstrap,
+            "seconds": times, "total_s": sum(times.values())}
+
+
+# ---------------------------------------------------------------------- (b) FQE vs d3rlpy
+def make_data(num_transitions: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((num_transitions, OBS_DIM), dtype=np.float32)
+    timeouts = np.zeros(num_transitions, bool)
+    timeouts[999::1000] = True
+    timeouts[-1] = True
+    return {"observations": obs, "actions": rng.uniform(-1, 1, (num_transitions, ACTION_DIM)).astype(np.float32),
+            "rewards": rng.standard_normal(num_transitions, dtype=np.float32),
+            "next_observations": np.concatenate([obs[1:], rng.standard_normal((1, OBS_DIM), dtype=np.float32)]),
+            "terminals": np.zeros(num_transitions, bool), "timeouts": timeouts}
+
+
+def random_policy_layers(seed: int):
+    rng = np.random.default_rng(seed)
+    sizes = (OBS_DIM, 256, 256, ACTION_DIM)
+    return [(rng.normal(size=(a, b)).astype(np.float32) / np.sqrt(a), np.zeros(b, np.float32)) for a, b in zip(sizes[:-1], sizes[1:])]
+
+
+class OffrlFQE:
+    def __init__(self, data: dict, steps: int, num_policies: int = 1):
+        from offrl.data.dataset import Dataset
+        from offrl.ope import fqe
+        from offrl.policy import NumpyPolicy
+
+        self.fqe, self.steps = fqe, steps
+        ds = Dataset.from_arrays(**{k: data[k] for k in ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations")})
+        policies = [NumpyPolicy(random_policy_layers(k), np.zeros(OBS_DIM), np.ones(OBS_DIM), -np.ones(ACTION_DIM), np.ones(ACTION_DIM))
+                    for k in range(num_policies)]
+        t0 = time.perf_counter()
+        next_actions = np.stack([p(ds.next_observations) for p in policies])
+        self.precompute_s = time.perf_counter() - t0
+        self.data = fqe.fqe_data(ds, next_actions)
+        config = fqe.FQEConfig(hidden_dims=(256, 256), learning_rate=1e-4, batch_size=BATCH, target_update_period=100)
+        self.agents = fqe.create(config, self.data, seeds=1)
+
+    def warmup(self) -> float:
+        t0 = time.perf_counter()
+        self.agents, m = self.fqe.train_chunk(self.agents, self.data, self.steps)
+        np.asarray(m["fqe/loss"])
+        return time.perf_counter() - t0
+
+    def run(self) -> float:
+        t0 = time.perf_counter()
+        self.agents, m = self.fqe.train_chunk(self.agents, self.data, self.steps)
+        np.asarray(m["fqe/loss"])
+        return time.perf_counter() - t0
+
+
+class D3rlpyFQE:
+    def __init__(self, data: dict, steps: int):
+        import d3rlpy
+
+        self.dataset = d3rlpy.dataset.MDPDataset(
+            data["observations"], data["actions"], data["rewards"], data["terminals"].astype(np.float32),
+            data["timeouts"].astype(np.float32), action_space=d3rlpy.ActionSpace.CONTINUOUS)
+        mlp = d3rlpy.models.VectorEncoderFactory(hidden_units=[256, 256])
+        policy = d3rlpy.algos.TD3PlusBCConfig(actor_encoder_factory=mlp, critic_encoder_factory=mlp).create(device="cpu:0")
+        policy.build_with_dataset(self.dataset)
+        config = d3rlpy.ope.FQEConfig(encoder_factory=mlp, learning_rate=1e-4, batch_size=BATCH, n_critics=1,
+                                      target_update_interval=100)
+        self.fqe = d3rlpy.ope.FQE(algo=policy, config=config, device="cpu:0")
+        self.fqe.build_with_dataset(self.dataset)
+        self.steps = steps
+
+    def warmup(self) -> float:
+        t0 = time.perf_counter()
+        for _ in range(5):
+            self.fqe.update(self.dataset.sample_transition_batch(BATCH))
+        return time.perf_counter() - t0
+
+    def run(self) -> float:
+        t0 = time.perf_counter()
+        for _ in range(self.steps):
+            self.fqe.update(self.dataset.sample_transition_batch(BATCH))
+        return time.perf_counter() - t0
+
+
+def import_d3rlpy_quietly():
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        import d3rlpy  # noqa: F401
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    return sys.modules["d3rlpy"]
+
+
+def run_speed(args) -> dict:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=110)
+    console.print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+    est = time_estimators(args.episodes, args.horizon, args.bootstrap)
+    table = Table(title=f"trajectory estimators on {est['transitions']:,} transitions ({est['episodes']} x {est['horizon']}), "
+                        f"{est['bootstrap']}-resample bootstrap each")
+    table.add_column("step")
+    table.add_column("seconds", justify="right")
+    for k, v in est["seconds"].items():
+        table.add_row(k, f"{v:.2f}")
+    table.add_row("total", f"{est['total_s']:.2f}", style="bold")
+    console.print(table)
+
+    data = make_data(args.fqe_transitions)
+    ours = OffrlFQE(data, args.fqe_steps)
+    ours_many = OffrlFQE(data, args.fqe_steps, num_policies=10)
+    compile_s = ours.warmup()
+    ours_many.warmup()
+    d3 = None if args.no_d3rlpy else import_d3rlpy_quietly()
+    theirs = D3rlpyFQE(data, args.d3rlpy_steps) if d3 else None
+    if theirs:
+        theirs.warmup()
+    threads = []
+    if theirs:
+        import torch
+
+        default_threads = torch.get_num_threads()
+        threads = list(dict.fromkeys(default_threads if t == "default" else int(t) for t in args.torch_threads.split(",")))
+    rates = {"offrl": [], "offrl x10 policies": [], **{f"d3rlpy ({t} torch threads)": [] for t in threads}}
+    for _ in range(args.rounds):
+        rates["offrl"].append(args.fqe_steps / ours.run())
+        rates["offrl x10 policies"].append(10 * args.fqe_steps / ours_many.run())
+        for t in threads:
+            torch.set_num_threads(t)
+            rates[f"d3rlpy ({t} torch threads)"].append(args.d3rlpy_steps / theirs.run())
+    med = {k: statistics.median(v) for k, v in rates.items() if v}
+    best = max((v for k, v in med.items() if k.startswith("d3rlpy")), default=None)
+    table = Table(title=f"FQE updates/s, {args.fqe_transitions:,} transitions, 256x256, batch {BATCH}, median of {args.rounds} alternating rounds")
+    for col in ("side", "updates/s", "ratio vs best d3rlpy"):
+        table.add_column(col, justify="left" if col == "side" else "right")
+    for k, v in med.items():
+        table.add_row(k, f"{v:,.1f}", f"{v / best:.2f}x" if best else "-")
+    console.print(table)
+    console.print(f"offrl: pi(s') for the dataset computed once in {ours.precompute_s:.2f} s (1 policy) / "
+                  f"{ours_many.precompute_s:.2f} s (10); first chunk incl. XLA compile {compile_s:.1f} s; "
+                  f"load average {os.getloadavg()[0]:.1f} at end" + ("" if d3 else "; d3rlpy not timed (--no-d3rlpy)"))
+    return {"estimators": est, "fqe_updates_per_s": med, "ratio_vs_best_d3rlpy": med["offrl"] / best if best else None, "fqe_rounds": rates, "precompute_s": ours.precompute_s,
+            "precompute_10_s": ours_many.precompute_s, "compile_s": compile_s,
+            "d3rlpy": getattr(d3, "__version__", None), "load_average_end": os.getloadavg()[0]}
+
+
+# ---------------------------------------------------------------------- tiers experiment
+def run_tiers(args) -> dict:
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.checkpoint import export_numpy_policy
+    from offrl.data import load
+    from offrl.engine import train
+    from offrl.ope.check import true_values
+    from offrl.ope.evaluate import OPEConfig, evaluate_policies
+    from offrl.ope.fqe import FQEConfig
+    from offrl.ope.metrics import estimator_metrics
+    from offrl.ope.plots import plot_check
+    from offrl.ope.policies import load_policy
+
+    console = Console(width=110)
+    work = Path(args.work)
+    dataset = load(args.dataset)
+    steps = [int(s) for s in args.steps.split(",")]
+    candidates = []
+    for algo in args.algos.split(","):
+        for n in steps:
+            folder = work / f"{algo}-{n}"
+            if not (folder / "policy.json").exists():
+                console.print(f"training {algo} to step {n}")
+                run = train(algo, dataset, steps=n, eval_every=10**9, eval_episodes=0, out=work / f"run-{algo}",
+                            resume=(work / f"run-{algo}" / "checkpoints" / "latest.json").exists(), progress=False)
+                export_numpy_policy(run, folder)
+            candidates.append(folder)
+    policies = [load_policy(c, std=args.target_std) for c in candidates]
+    for p in policies:
+        p.meta["env_id"] = args.env
+    config = OPEConfig(discount=args.discount, fqe_steps=args.fqe_steps, num_bootstrap=args.bootstrap,
+                       fqe=FQEConfig(hidden_dims=(256, 256), learning_rate=1e-4, target_update_period=100))
+    t0 = time.perf_counter()
+    report = evaluate_policies(policies, dataset, config, progress=lambda text: console.print(f"  {text}"))
+    ope_s = time.perf_counter() - t0
+    console.print(f"rolling out {len(policies)} candidates x {args.episodes} episodes in {args.env}")
+    truth = true_values(policies, args.env, args.episodes, args.discount)
+    true = [truth[p]["value"] for p in report.policies]
+    table = Table(title=f"{len(policies)} candidates on {args.dataset}: estimators vs the true discounted return "
+                        f"(gamma {args.discount}, {args.episodes} rollouts each)")
+    for col in ("estimator", "abs error", "rel error", "Spearman", "regret@1"):
+        table.add_column(col, justify="left" if col == "estimator" else "right")
+    scores = {}
+    for name in config.estimators:
+        m = estimator_metrics(report.estimates(name), true)
+        scores[name] = m
+        table.add_row(name, f"{m['abs_error']:.2f}", f"{m['rel_error']:.3f}", f"{m['spearman']:.2f}", f"{m['regret@1']:.2f}")
+    console.print(table)
+    values = Table(title="candidates: true value and a few estimates")
+    for col in ("candidate", "true", "return", "fqe", "dr", "wis", "ESS"):
+        values.add_column(col, justify="left" if col == "candidate" else "right")
+    for p in report.policies:
+        r = report.results[p]
+        values.add_row(p, f"{truth[p]['value']:.1f}", f"{truth[p]['return']:.0f}", f"{r['fqe'].estimate:.1f}", f"{r['dr'].estimate:.1f}",
+                       f"{r['wis'].estimate:.1f}", f"{r['wis'].ess:.1f}")
+    console.print(values)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plot = plot_check(report, truth, out / f"ope-tiers-{args.tag}.png")
+    console.print(f"OPE of {len(policies)} candidates took {ope_s:.0f} s; figure {plot}")
+    return {"dataset": args.dataset, "candidates": report.policies, "truth": truth, "metrics": scores,
+            "rows": report.table(), "ope_seconds": ope_s}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    s = sub.add_parser("speed")
+    s.add_argument("--episodes", type=int, default=1000)
+    s.add_argument("--horizon", type=int, default=1000)
+    s.add_argument("--bootstrap", type=int, default=1000)
+    s.add_argument("--fqe-transitions", type=int, default=100_000)
+    s.add_argument("--fqe-steps", type=int, default=1000, help="offrl updates per timed round")
+    s.add_argument("--d3rlpy-steps", type=int, default=200, help="d3rlpy updates per timed round")
+    s.add_argument("--rounds", type=int, default=5)
+    s.add_argument("--no-d3rlpy", action="store_true")
+    s.add_argument("--torch-threads", default="default,1", help="torch thread counts to time d3rlpy with (best is compared)")
+    t = sub.add_parser("tiers")
+    t.add_argument("--dataset", default="offrl/datasets/hopper-medium-20k-v0.hdf5")
+    t.add_argument("--env", default="Hopper-v5")
+    t.add_argument("--algos", default="bc,td3_bc,iql,cql")
+    t.add_argument("--steps", default="2000,5000,10000")
+    t.add_argument("--work", default="/tmp/offrl-ope-bench")
+    t.add_argument("--discount", type=float, default=0.99)
+    t.add_argument("--target-std", type=float, default=0.1)
+    t.add_argument("--fqe-steps", type=int, default=20_000)
+    t.add_argument("--bootstrap", type=int, default=1000)
+    t.add_argument("--episodes", type=int, default=10)
+    for q in (s, t):
+        q.add_argument("--out", default=None, help="folder for the JSON (and figure) of the results")
+        q.add_argument("--tag", default=time.strftime("%Y-%m-%d"))
+    args = p.parse_args(argv)
+    if args.what == "tiers" and args.out is None:
+        args.out = "benchmarks/results"
+    result = run_speed(args) if args.what == "speed" else run_tiers(args)
+    if args.out:
+        path = Path(args.out) / f"ope-{args.what}-{args.tag}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"command": " ".join(sys.argv), **result}, indent=2, default=str))
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Off-policy evaluation of several policies on one dataset: the API behind ``offrl ope``.
+
+``evaluate_policies(policies, dataset, OPEConfig(...))`` returns an :class:`OPEReport` with
+one :class:`offrl.ope.estimators.OPEResult` per (policy, estimator). The behaviour policy's
+log-probabilities are the logged ones or a behaviour-cloning estimate
+(:mod:`offrl.ope.behavior`); FQE (:mod:`offrl.ope.fqe`) trains once for all policies and its
+Q serves the direct method (reported as ``fqe``) and DR / WDR.
+
+Example::
+
+    policies = [load_policy("runs/iql"), load_policy("runs/td3_bc")]
+    report = evaluate_policies(policies, load_dataset("pendulum-medium-v0"), OPEConfig(discount=0.99))
+    report.table()      # rows of dicts: policy, estimator, estimate, ci_low, ci_high, ess, ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from offrl.errors import OffrlError
+from offrl.ope import estimators as est
+from offrl.ope.behavior import BehaviorConfig, behavior_log_probs
+from offrl.ope.fqe import FQEConfig
+from offrl.ope.policies import DEFAULT_TARGET_STD, check_policy_matches
+
+#: names accepted by ``--estimators`` (``fqe`` is the direct method with FQE's Q).
+OPE_ESTIMATORS = ("fqe", "dr", "wdr", "is", "pdis", "wis", "wpdis", "clipped_is")
+DEFAULT_ESTIMATORS = ("fqe", "dr", "wdr", "wis", "wpdis", "pdis", "is", "clipped_is")
+
+
+@dataclass(frozen=True)
+class OPEConfig:
+    estimators: tuple[str, ...] = DEFAULT_ESTIMATORS
+    discount: float = 0.99
+    behavior: str = "auto"                      # auto | logged | estimated
+    target_std: float = DEFAULT_TARGET_STD      # Gaussian std around deterministic policies (normalised units)
+    clip: float = est.DEFAULT_CLIP              # per-step ratio clip of clipped_is
+    ci: str = "bootstrap"
+    confidence: float = 0.95
+    num_bootstrap: int = 1000
+    fqe_steps: int = 20_000
+    fqe_seeds: int = 1
+    fqe: FQEConfig = field(default_factory=FQEConfig)
+    behavior_cloning: BehaviorConfig = field(default_factory=BehaviorConfig)
+    seed: int = 0
+
+
+@dataclass
+class OPEReport:
+    policies: list[str]
+    results: dict[str, dict[str, est.OPEResult]]          # policy -> estimator -> result
+    estimated_behavior: bool
+    target: dict[str, str]                                # policy -> how its density was formed
+    meta: dict[str, dict]
+    config: dict
+
+    def table(self) -> list[dict]:
+        rows = []
+        for name in self.policies:
+            for result in self.results[name].values():
+                rows.append({"policy": name, **result.to_dict(), "target": self.target[name]})
+        return rows
+
+    def estimates(self, estimator: str) -> np.ndarray:
+        return np.array([self.results[p][estimator].estimate for p in self.policies])
+
+    def to_dict(self) -> dict:
+        return {"policies": self.policies, "estimated_behavior": self.estimated_behavior, "rows": self.table(),
+                "meta": self.meta, "config": self.config}
+
+
+def parse_estimators(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return DEFAULT_ESTIMATORS
+    names = tuple(n.strip().lower() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in OPE_ESTIMATORS]
+    if bad or not names:
+        raise OffrlError(f"--estimators has unknown name {bad[0] if bad else text!r}; choose from {', '.join(OPE_ESTIMATORS)}.")
+    return names
+
+
+def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progress=None) -> OPEReport:
+    """Every estimator in ``config.estimators`` for every policy (see the module docstring)."""
+    if not policies:
+        raise OffrlError("no candidate policies were given; pass at least one run or export folder.")
+    if len(dataset) == 0:
+        raise OffrlError(f"dataset {dataset.source} has no transitions to evaluate on.")
+    names = [p.name for p in policies]
+    if len(set(names)) != len(names):
+        raise OffrlError(f"two candidates share the name {next(n for n in names if names.count(n) > 1)!r}; pass distinct folders.")
+    for policy in policies:
+        check_policy_matches(policy, dataset)
+    discrete = all(getattr(p, "discrete", False) for p in policies)
+    say = progress or (lambda text: None)
+    say("behaviour log-probabilities")
+    logp_b, estimated = behavior_log_probs(dataset, config.behavior, discrete=discrete, config=config.behavior_cloning)
+    starts, ends = dataset.episode_bounds()
+    q_needed = any(e in ("fqe", "dr", "wdr") for e in config.estimators)
+    q_taken = v = None
+    if q_needed:
+        say(f"FQE: {config.fqe_steps} steps x {len(policies)} policies x {config.fqe_seeds} seeds")
+        q_taken, v = fit_q(policies, dataset, config, discrete)
+    results: dict[str, dict[str, est.OPEResult]] = {}
+    for p, policy in enumerate(policies):
+        say(f"estimators for {policy.name}")
+        logp_e = policy.log_prob(dataset.observations, dataset.actions)
+        episodes = est.make_episodes(dataset.rewards, logp_e, logp_b, starts, ends, config.discount,
+                                     None if q_taken is None else q_taken[p], None if v is None else v[p], estimated)
+        results[policy.name] = {}
+        for name in config.estimators:
+            result = est.estimate(episodes, "dm" if name == "fqe" else name, ci=config.ci, confidence=config.confidence,
+                                  num_bootstrap=config.num_bootstrap, seed=config.seed, clip=config.clip)
+            if name == "fqe":
+                result = est.OPEResult(**{**result.to_dict(), "estimator": "fqe"})
+            results[policy.name][name] = result
+    cfg = asdict(config)
+    return OPEReport(names, results, estimated, {p.name: p.describe() for p in policies},
+                     {p.name: dict(p.meta) for p in policies}, cfg)
+
+
+def fit_q(policies, dataset, config: OPEConfig, discrete: bool) -> tuple[np.ndarray, np.ndarray]:
+    """FQE for all policies at once; returns ``Q(s_i, a_i)`` and ``V(s_i)``, each ``(P, N)``
+    averaged over FQE seeds."""
+    from dataclasses import replace
+
+    from offrl.ope import fqe
+
+    if discrete:
+        next_policy = np.stack([p.probabilities(dataset.next_observations) for p in policies])
+        now_policy = np.stack([p.probabilities(dataset.observations) for p in policies])
+        fqe_config = replace(config.fqe, discount=config.discount, num_actions=int(next_policy.shape[-1]))
+    else:
+        next_policy = np.stack([p.mean(dataset.next_observations) for p in policies])
+        now_policy = np.stack([p.mean(dataset.observations) for p in policies])
+        fqe_config = replace(config.fqe, discount=config.discount, num_actions=None)
+    data = fqe.fqe_data(dataset, next_policy)
+    agents = fqe.create(fqe_config, data, seeds=config.fqe_seeds)
+    agents, metrics = fqe.train(agents, data, config.fqe_steps)
+    if not np.isfinite(metrics["fqe/loss"]).all():
+        raise OffrlError("FQE diverged (non-finite loss); lower --discount or the FQE learning rate.")
+    q_taken = fqe.q_values(agents, data, dataset.observations, dataset.actions).mean(1)
+    v = fqe.state_values(agents, data, dataset.observations, now_policy).mean(1)
+    return q_taken, v

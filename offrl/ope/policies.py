@@ -1,0 +1,158 @@
+"""Target policies as densities over the dataset's actions, for importance weights.
+
+Importance weights need ``pi_e(a|s)`` in the same units as the behaviour policy's logged
+``action_log_probs``: offrl's collected tiers log the density of the *env-unit* action.
+
+* A deterministic policy ``a = mu(s)`` has no density; it is evaluated as the Gaussian
+  ``N(mu(s), (std * (high - low) / 2)^2)`` per action dimension, i.e. ``std`` is stated in the
+  normalised ``[-1, 1]`` action units (default 0.1, 5% of the action range). Smaller ``std`` is
+  closer to the deterministic policy but makes weights more extreme; every report states it.
+* A stochastic Gaussian policy is used directly (``std_fn``).
+* A tabular (discrete) policy is a ``(S, A)`` table over state indices.
+
+``log_prob(observations, actions)`` returns one log-density per row; ``mean(observations)``
+the env-unit action used by FQE and the direct method.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from offrl.errors import OffrlError
+
+DEFAULT_TARGET_STD = 0.1
+
+
+def gaussian_log_density(actions: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """``sum_d log N(a_d; mean_d, std_d^2)`` over the last axis."""
+    z = (np.asarray(actions, np.float64) - mean) / std
+    return np.sum(-0.5 * z**2 - np.log(std) - 0.5 * math.log(2 * math.pi), axis=-1)
+
+
+@dataclass
+class GaussianPolicy:
+    """A continuous policy: ``mean_fn(obs) -> env-unit actions (B, d)``; ``std_fn(obs)``
+    (env units) for a stochastic policy, else ``std`` in normalised units around the mean."""
+
+    mean_fn: Callable[[np.ndarray], np.ndarray]
+    action_low: np.ndarray
+    action_high: np.ndarray
+    std: float = DEFAULT_TARGET_STD
+    std_fn: Callable[[np.ndarray], np.ndarray] | None = None
+    name: str = "policy"
+    meta: dict = field(default_factory=dict)
+    discrete: bool = False
+
+    @property
+    def action_dim(self) -> int:
+        return int(np.asarray(self.action_low).shape[-1])
+
+    @property
+    def deterministic(self) -> bool:
+        return self.std_fn is None
+
+    def mean(self, observations: np.ndarray, batch_size: int = 65536) -> np.ndarray:
+        obs = np.asarray(observations, np.float32)
+        parts = [np.asarray(self.mean_fn(obs[i:i + batch_size]), np.float64) for i in range(0, len(obs), batch_size)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.action_dim))
+
+    def stds(self, observations: np.ndarray) -> np.ndarray:
+        if self.std_fn is not None:
+            return np.asarray(self.std_fn(np.asarray(observations, np.float32)), np.float64)
+        half_range = (np.asarray(self.action_high, np.float64) - np.asarray(self.action_low, np.float64)) / 2
+        return np.broadcast_to(self.std * half_range, (len(observations), self.action_dim))
+
+    def log_prob(self, observations: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        actions = np.asarray(actions)
+        if actions.ndim != 2 or actions.shape[1] != self.action_dim:
+            raise OffrlError(f"policy '{self.name}' acts in {self.action_dim} dimensions but the dataset's actions have shape "
+                             f"{actions.shape[1:]}; evaluate it on data from its own environment.")
+        return gaussian_log_density(actions, self.mean(observations), self.stds(observations))
+
+    def describe(self) -> str:
+        return "stochastic Gaussian" if not self.deterministic else f"deterministic, as a Gaussian with std {self.std:g} (normalised units)"
+
+
+@dataclass
+class TabularPolicy:
+    """``pi(a|s) = probs[s, a]`` over state indices (one-hot or index observations)."""
+
+    probs: np.ndarray
+    name: str = "tabular"
+    meta: dict = field(default_factory=dict)
+    discrete: bool = True
+
+    @property
+    def num_actions(self) -> int:
+        return int(self.probs.shape[1])
+
+    def probabilities(self, observations: np.ndarray) -> np.ndarray:
+        from offrl.ope.tabular import state_index
+
+        return self.probs[state_index(observations)]
+
+    def log_prob(self, observations: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        index = np.asarray(actions).reshape(len(actions), -1)[:, 0].astype(int)
+        with np.errstate(divide="ignore"):
+            return np.log(self.probabilities(observations)[np.arange(len(index)), index])
+
+    def describe(self) -> str:
+        return "tabular"
+
+
+def load_policy(path: str | Path, std: float = DEFAULT_TARGET_STD, seed: int = 0) -> GaussianPolicy:
+    """A run folder (its latest checkpoint, seed ``seed``) or an exported NumPy policy folder."""
+    path = Path(path)
+    if not std > 0:
+        raise OffrlError(f"--target-std {std} must be positive (it is the Gaussian std around a deterministic policy's action).")
+    if (path / "config.json").exists():
+        from offrl.engine import load_run
+
+        run = load_run(path)
+        seeds = int(np.asarray(run.agent.step).shape[0])
+        if not 0 <= seed < seeds:
+            raise OffrlError(f"--seed {seed} is out of range for {path}; it trained seeds 0..{seeds - 1}.")
+        info = run.info
+        meta = {"kind": "run", "algo": run.algo, "step": run.step, "seed": seed, "env_id": info.env_id, "obs_dim": info.obs_dim,
+                "online_return": _last_online_return(run, seed)}
+        return GaussianPolicy(lambda obs: run.act(obs, seed=seed), np.asarray(info.action_low, np.float64),
+                              np.asarray(info.action_high, np.float64), std, name=_name(path), meta=meta)
+    if (path / "policy.json").exists() or path.name in ("policy.json", "policy.npz"):
+        from offrl.policy import load_numpy_policy
+
+        policy = load_numpy_policy(path)
+        meta = {"kind": "export", "obs_dim": policy.obs_dim, **{k: policy.meta.get(k) for k in ("algo", "step", "seed", "env_id")}}
+        return GaussianPolicy(policy, policy.action_low.astype(np.float64), policy.action_high.astype(np.float64), std,
+                              name=_name(path if path.is_dir() else path.parent), meta=meta)
+    if not path.exists():
+        raise OffrlError(f"{path} does not exist; pass a run folder (from `offrl train`) or an export folder (from `offrl export`).")
+    raise OffrlError(f"{path} is neither a run folder (config.json) nor an exported policy (policy.json); "
+                     "pass the --out folder of `offrl train` or of `offrl export`.")
+
+
+def _name(path: Path) -> str:
+    parts = path.resolve().parts
+    return "/".join(parts[-2:]) if path.name in ("export",) else path.name
+
+
+def _last_online_return(run, seed: int) -> float | None:
+    rows = [r for r in run.evaluations() if r.get("seed") == seed]
+    return float(rows[-1]["eval/return"]) if rows else None
+
+
+def check_policy_matches(policy, dataset) -> None:
+    """Refuse a continuous policy whose observation or action size differs from the data's."""
+    if getattr(policy, "discrete", False):
+        return
+    if policy.action_dim != dataset.action_dim:
+        raise OffrlError(f"policy '{policy.name}' outputs {policy.action_dim}-dimensional actions but the dataset "
+                         f"{dataset.source} has {dataset.action_dim}; evaluate it on data from its own environment.")
+    obs_dim = policy.meta.get("obs_dim")
+    if obs_dim is not None and int(obs_dim) != dataset.obs_dim:
+        raise OffrlError(f"policy '{policy.name}' reads {obs_dim}-dimensional observations but the dataset "
+                         f"{dataset.source} has {dataset.obs_dim}; evaluate it on data from its own environment.")
