@@ -13,7 +13,6 @@ torch and transformers are imported inside the command functions only.
 
 from __future__ import annotations
 
-import argparse
 
 
 def register(subparsers) -> None:
@@ -95,42 +94,32 @@ def _model_data_args(p) -> None:
     p.add_argument("--data", required=True, help="JSONL / JSON / Parquet file")
 
 
-def _training_args(p, name: str) -> None:
-    _model_data_args(p)
-    p.add_argument("--out", required=True, help="run folder: config.json, metrics.jsonl, model/, checkpoints/")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 1e-4 sft/rm, 5e-6 preference)")
-    p.add_argument("--warmup-steps", type=int, default=10)
-    p.add_argument("--max-length", type=int, default=512)
-    p.add_argument("--max-prompt-length", type=int, default=None)
-    p.add_argument("--bad-rows", choices=("drop", "raise"), default="drop",
-                   help="drop bad rows (reported with row numbers) or refuse the data")
-    p.add_argument("--eval-fraction", type=float, default=0.1)
-    p.add_argument("--log-every", type=int, default=20)
-    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: final model only)")
+#: trainer command -> (config class name in offrl.prefs.config, fields that are not flags of that command)
+TRAINERS = {
+    "sft": ("SFTConfig", ()),
+    "rm": ("RewardModelConfig", ()),
+    "dpo": ("PreferenceConfig", ("loss", "desirable_weight", "undesirable_weight")),
+    "ipo": ("PreferenceConfig", ("loss", "label_smoothing", "desirable_weight", "undesirable_weight")),
+    "kto": ("PreferenceConfig", ("loss", "label_smoothing")),
+}
+
+
+def _run_args(p, out_help: str = "run folder: config.json, metrics.jsonl, model/, checkpoints/") -> None:
+    p.add_argument("--out", required=True, help=out_help)
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mixed-precision", default="auto", choices=("auto", "no", "bf16", "fp16"))
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--no-progress", action="store_true")
-    if name == "rm":
-        p.add_argument("--heads", type=int, default=1, help="ensemble size K (bootstrapped heads)")
-        p.add_argument("--models", type=int, default=1, help="ensemble of M independently trained models")
-    if name in ("dpo", "ipo", "kto"):
-        p.add_argument("--beta", type=float, default=0.1)
-        p.add_argument("--reference", help="reference model folder (default: --model)")
-        p.add_argument("--kl-prompts", type=int, default=32,
-                       help="prompts sampled per log step for KL(pi||pi_ref) (0 frees the reference model)")
-        p.add_argument("--kl-max-new-tokens", type=int, default=32)
-        p.add_argument("--length-normalize", action=argparse.BooleanOptionalAction, default=None,
-                       help="per-token mean log-probs (default: on for IPO only)")
+
+
+def _training_args(p, name: str) -> None:
+    from offrl.prefs import config as C
+
+    _model_data_args(p)
+    _run_args(p)
+    cls_name, skip = TRAINERS[name]
+    C.add_config_flags(p, getattr(C, cls_name), skip=skip)
     if name == "dpo":
-        p.add_argument("--label-smoothing", type=float, default=0.0, help="label-flip rate: conservative DPO (cDPO)")
         p.add_argument("--robust", action="store_true", help="with --label-smoothing: robust DPO (rDPO) instead of cDPO")
-    if name == "kto":
-        p.add_argument("--desirable-weight", type=float, default=1.0)
-        p.add_argument("--undesirable-weight", type=float, default=1.0)
 
 
 def _threads(n: int) -> None:
@@ -164,44 +153,49 @@ def _make_task(args) -> int:
 
 
 def _train(args) -> int:
+    from offrl.errors import ConfigError
+    from offrl.prefs import config as C
+
+    cls_name, _ = TRAINERS[args.trainer]
+    fixed = {}
+    if cls_name == "PreferenceConfig":
+        fixed["loss"] = args.trainer
+        if args.trainer == "dpo" and args.cfg__label_smoothing > 0:
+            fixed["loss"] = "rdpo" if args.robust else "cdpo"
+        elif getattr(args, "robust", False):
+            raise ConfigError("--robust needs --label-smoothing > 0 (the assumed label-flip rate, e.g. 0.1).")
+    config = C.config_from_args(getattr(C, cls_name), args, **fixed)
+    _threads(args.threads)
+    _quiet_transformers()
+    progress = not args.no_progress
+    if args.trainer == "sft":
+        from offrl.prefs.sft import train_sft
+
+        result = train_sft(args.model, args.data, args.out, config, args.resume, progress)
+    elif args.trainer == "rm":
+        from offrl.prefs.reward_model import train_reward_model
+
+        result = train_reward_model(args.model, args.data, args.out, config, args.resume, progress)
+    else:
+        from offrl.prefs.preference import train_preferences
+
+        result = train_preferences(args.model, args.data, args.out, config, args.resume, progress)
+    _print_summary(f"offrl prefs {args.trainer}: {args.out}", result, config)
+    return 0
+
+
+def _print_summary(title: str, result, config=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from offrl.prefs import train as T
-
-    _threads(args.threads)
-    _quiet_transformers()
-    common = dict(steps=args.steps, batch_size=args.batch_size, warmup_steps=args.warmup_steps,
-                  max_length=args.max_length, max_prompt_length=args.max_prompt_length, bad_rows=args.bad_rows,
-                  eval_fraction=args.eval_fraction, log_every=args.log_every, save_every=args.save_every,
-                  seed=args.seed, mixed_precision=args.mixed_precision)
-    if args.lr is not None:
-        common["lr"] = args.lr
-    progress = not args.no_progress
-    if args.trainer == "sft":
-        result = T.train_sft(args.model, args.data, args.out, T.SFTConfig(**common), args.resume, progress)
-    elif args.trainer == "rm":
-        result = T.train_reward_model(args.model, args.data, args.out, T.RewardModelConfig(heads=args.heads, models=args.models, **common),
-                                      args.resume, progress)
-    else:
-        loss = args.trainer
-        extra = {}
-        if loss == "dpo" and args.label_smoothing > 0:
-            loss = "rdpo" if args.robust else "cdpo"
-            extra["label_smoothing"] = args.label_smoothing
-        if loss == "kto":
-            extra.update(desirable_weight=args.desirable_weight, undesirable_weight=args.undesirable_weight)
-        cfg = T.PreferenceConfig(loss=loss, beta=args.beta, reference=args.reference, kl_prompts=args.kl_prompts,
-                                 kl_max_new_tokens=args.kl_max_new_tokens, length_normalize=args.length_normalize,
-                                 **extra, **common)
-        result = T.train_preferences(args.model, args.data, args.out, cfg, args.resume, progress)
     console = Console()
     summary = result.summary
     if summary.get("bad_rows_dropped"):
         console.print(f"[yellow]{summary['bad_rows_dropped']} bad rows dropped[/]: " + "; ".join(summary["bad_rows"][:5]))
     if summary.get("truncated_completions"):
-        console.print(f"[yellow]{summary['truncated_completions']} completions truncated at --max-length {args.max_length}[/]")
-    table = Table(title=f"offrl prefs {args.trainer}: {args.out}")
+        console.print(f"[yellow]{summary['truncated_completions']} completions truncated at --max-length "
+                      f"{getattr(config, 'max_length', '?')}[/]")
+    table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in summary.items():
@@ -211,38 +205,23 @@ def _train(args) -> int:
             table.add_row(key, str(value))
     console.print(table)
     console.print(f"model: {result.model_path}")
-    return 0
 
 
 def _label(args) -> int:
     from rich.console import Console
 
-    from offrl.errors import ConfigError
     from offrl.prefs.data import write_jsonl
-    from offrl.prefs.experiment import label_pairs
-    from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions
-    from offrl.prefs.task import judge, read_prompts
+    from offrl.prefs.labelling import sample_and_label
+    from offrl.prefs.task import read_prompts
 
     _threads(args.threads)
     _quiet_transformers()
     prompts = read_prompts(args.data)
     if args.max_prompts:
         prompts = prompts[: args.max_prompts]
-    model, tokenizer = load_causal_lm(args.model), load_tokenizer(args.model)
-    samples = sample_completions(model, tokenizer, prompts, args.samples, args.max_new_tokens, args.temperature,
-                                 seed=args.seed)
-    if args.reward_model:
-        from offrl.prefs.train import score_with_reward_model
-
-        flat_prompts = [p for p in prompts for _ in range(args.samples)]
-        means, _ = score_with_reward_model(args.reward_model, flat_prompts, samples.texts)
-        table = {(p, c): float(m) for p, c, m in zip(flat_prompts, samples.texts, means)}
-        score = lambda p, c: table[(p, c)]
-    elif args.judge == "digits":
-        score = judge
-    else:
-        raise ConfigError(f"--judge {args.judge} is unknown; use 'digits' or pass --reward-model PATH.")
-    rows, stats = label_pairs(prompts, samples.grouped(), score, seed=args.seed)
+    rows, stats = sample_and_label(args.model, prompts, judge=args.judge, reward_model=args.reward_model,
+                                   samples=args.samples, max_new_tokens=args.max_new_tokens,
+                                   temperature=args.temperature, seed=args.seed)
     write_jsonl(args.out, rows)
     Console().print(f"{stats['pairs']} pairs from {stats['prompts']} prompts ({stats['tied_prompts']} prompts tied, "
                     f"mean sample score {stats['mean_sample_score']:.3f}) -> {args.out}")
@@ -253,39 +232,17 @@ def _eval(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from offrl.prefs.data import read_rows
-    from offrl.prefs.modeling import load_causal_lm, load_tokenizer
+    from offrl.prefs.evaluation import evaluate_file
 
     _threads(args.threads)
     _quiet_transformers()
-    rows, name = read_rows(args.data)
-    tokenizer = load_tokenizer(args.model)
-    policy = load_causal_lm(args.model)
-    reference = load_causal_lm(args.reference) if args.reference else None
-    table = Table(title=f"offrl prefs eval: {args.model} on {name}")
+    metrics = evaluate_file(args.model, args.data, reference=args.reference, beta=args.beta, samples=args.samples,
+                            max_new_tokens=args.max_new_tokens, max_length=args.max_length)
+    table = Table(title=f"offrl prefs eval: {args.model} on {args.data}")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    has_pairs = rows and "chosen" in rows[0]
-    if has_pairs:
-        from offrl.prefs.data import load_preferences, tokenize_preferences
-        from offrl.prefs.modeling import reference_logps
-        from offrl.prefs.train import implicit_reward_metrics
-
-        tok = tokenize_preferences(load_preferences(args.data), tokenizer, max_length=args.max_length)
-        ref = reference if reference is not None else policy
-        ref_logps = reference_logps(ref, tok, tokenizer.pad_token_id)
-        metrics = implicit_reward_metrics(policy, tok, ref_logps, args.beta, tokenizer.pad_token_id)
-        for k, v in metrics.items():
-            table.add_row(f"implicit {k}", f"{v:.4f}")
-    else:
-        from offrl.prefs.experiment import evaluate_policy
-        from offrl.prefs.task import read_prompts
-
-        prompts = read_prompts(args.data)
-        metrics = evaluate_policy(policy, reference if reference is not None else policy, tokenizer, prompts,
-                                  args.samples, args.max_new_tokens)
-        for k, v in metrics.items():
-            table.add_row(k, f"{v:.4f}")
+    for k, v in metrics.items():
+        table.add_row(k, f"{v:.4f}")
     Console().print(table)
     return 0
 

@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
+from offrl.prefs.config import PreferenceConfig, SFTConfig
 from offrl.prefs.data import write_jsonl
+from offrl.prefs.evaluation import evaluate_policy
+from offrl.prefs.labelling import label_pairs
 from offrl.prefs.loop import write_json
-from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions, sequence_logps
+from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions
+from offrl.prefs.preference import train_preferences
+from offrl.prefs.sft import train_sft
 from offrl.prefs.task import TaskConfig, judge, make_task, read_prompts
-from offrl.prefs.train import PreferenceConfig, SFTConfig, train_preferences, train_sft
 
 DEFAULT_BETAS = {
     "dpo": (0.03, 0.1, 0.3, 1.0, 3.0),
@@ -66,64 +68,6 @@ class FrontierConfig:
 
     def betas_for(self, method: str) -> tuple[float, ...]:
         return tuple(self.betas.get(method, DEFAULT_BETAS[method]))
-
-
-# --------------------------------------------------------------------------- labelling
-
-
-def label_pairs(prompts: Sequence[str], groups: Sequence[Sequence[str]], score: Callable[[str, str], float],
-                seed: int = 0) -> tuple[list[dict], dict[str, float]]:
-    """Pairs ``(prompt, best, worst)`` from k scored samples per prompt; prompts whose samples all
-    score the same give no pair. Returns the rows (with both scores) and counts."""
-    rng = random.Random(seed)
-    rows, ties, all_scores = [], 0, []
-    for prompt, samples in zip(prompts, groups):
-        scored = [(score(prompt, s), rng.random(), s) for s in samples]
-        all_scores += [s for s, _, _ in scored]
-        best, worst = max(scored), min(scored)
-        if best[0] == worst[0] or best[2] == worst[2]:
-            ties += 1
-            continue
-        rows.append({"prompt": prompt, "chosen": best[2], "rejected": worst[2],
-                     "score_chosen": best[0], "score_rejected": worst[0]})
-    return rows, {"prompts": len(prompts), "pairs": len(rows), "tied_prompts": ties,
-                  "mean_sample_score": statistics.fmean(all_scores) if all_scores else 0.0}
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-@torch.no_grad()
-def evaluate_policy(policy, reference, tokenizer, prompts: Sequence[str], num_samples: int = 4,
-                    max_new_tokens: int = 10, seed: int = 1234, score: Callable[[str, str], float] = judge,
-                    batch_size: int = 512) -> dict[str, float]:
-    """True reward and KL to the reference on held-out prompts.
-
-    reward: mean judge score of samples ``y ~ pi(.|x)`` (temperature 1); exact: share of exact
-    answers; greedy_reward: judge score of the greedy answer; kl: ``mean log pi(y|x) - log
-    pi_ref(y|x)`` over the same samples (a Monte-Carlo estimate of the sequence KL), kl_se its
-    standard error.
-    """
-    conversational = bool(prompts) and isinstance(prompts[0], list)
-    samples = sample_completions(policy, tokenizer, prompts, num_samples, max_new_tokens, 1.0, seed=seed,
-                                 conversational=conversational)
-    flat_prompts = [p for p in prompts for _ in range(num_samples)]
-    scores = [score(p, c) for p, c in zip(flat_prompts, samples.texts)]
-    diffs = []
-    for start in range(0, len(samples.texts), batch_size):
-        part = type(samples)(samples.prompt_ids[start:start + batch_size], samples.completion_ids[start:start + batch_size],
-                             samples.texts[start:start + batch_size], 1)
-        batch = part.batch(tokenizer.pad_token_id, next(policy.parameters()).device)
-        diffs.append(sequence_logps(policy, batch) - sequence_logps(reference, batch))
-    diff = torch.cat(diffs).double()
-    greedy = sample_completions(policy, tokenizer, prompts, 1, max_new_tokens, 0.0, conversational=conversational)
-    return {
-        "reward": statistics.fmean(scores),
-        "exact": statistics.fmean(float(s == 1.0) for s in scores),
-        "greedy_reward": statistics.fmean(score(p, c) for p, c in zip(prompts, greedy.texts)),
-        "kl": float(diff.mean()),
-        "kl_se": float(diff.std() / max(1.0, len(diff)) ** 0.5),
-    }
 
 
 # --------------------------------------------------------------------------- the experiment

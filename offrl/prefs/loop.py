@@ -11,48 +11,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import torch
 
 from offrl.errors import ConfigError, DivergenceError
+from offrl.prefs.config import TrainConfig
 from offrl.prefs.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from offrl.prefs.modeling import cosine_warmup, length_bucketed_batches
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Options shared by every trainer.
-
-    steps: optimizer steps. batch_size: examples (pairs for DPO) per step over all devices.
-    lr: peak AdamW learning rate (linear warmup for ``warmup_steps``, cosine decay to 10%).
-    max_length: prompt + completion tokens; longer completions are truncated and counted.
-    max_prompt_length: prompts with this many tokens or more are bad rows (default max_length).
-    bad_rows: "drop" (report and drop) or "raise" (refuse the data).
-    eval_fraction: share of prompts held out for evaluation.
-    log_every: steps between metric lines (and held-out evaluations).
-    save_every: steps between checkpoints (0: only the final model).
-    mixed_precision: "auto" (bf16 on a GPU that supports it, else fp32), "no", "bf16", "fp16".
-    """
-
-    steps: int = 200
-    batch_size: int = 32
-    lr: float = 5e-6
-    weight_decay: float = 0.0
-    warmup_steps: int = 10
-    grad_clip: float = 1.0
-    max_length: int = 512
-    max_prompt_length: int | None = None
-    bad_rows: str = "drop"
-    eval_fraction: float = 0.1
-    log_every: int = 20
-    save_every: int = 0
-    seed: int = 0
-    mixed_precision: str = "auto"
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def make_accelerator(mixed_precision: str = "auto"):

@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from offrl.prefs.experiment import FrontierConfig, frontier_table, label_pairs, run_frontier  # noqa: E402
+from offrl.prefs.experiment import FrontierConfig, frontier_table, run_frontier  # noqa: E402
+from offrl.prefs.labelling import label_pairs  # noqa: E402
 from offrl.prefs.task import TaskConfig, corrupt, judge, target  # noqa: E402
 from offrl.prefs.train import PreferenceConfig, SFTConfig  # noqa: E402
 
