@@ -48,6 +48,17 @@ def register(subparsers) -> None:
         _training_args(p, name)
         p.set_defaults(func=_train, trainer=name)
 
+    for name, help_text in (
+        ("ppo", "PPO-RLHF: KL-penalised reward (reward model or program), GAE, value head or separate value model"),
+        ("grpo", "GRPO / RLOO (--estimator rloo): group-relative policy gradients, no value model"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--model", required=True, help="starting policy and KL reference: a local Hugging Face model folder")
+        p.add_argument("--prompts", required=True, help='JSONL of {"prompt": ...} rows (e.g. make-task\'s prompts_train.jsonl)')
+        _run_args(p)
+        _config_flags(p, name)
+        p.set_defaults(func=_policy_gradient, trainer=name)
+
     p = sub.add_parser("label", help="sample completions and label pairs with the digits judge or a reward model")
     _model_data_args(p)
     p.add_argument("--out", required=True, help="pairs JSONL to write")
@@ -96,6 +107,8 @@ def _model_data_args(p) -> None:
 
 #: trainer command -> (config class name in offrl.prefs.config, fields that are not flags of that command)
 TRAINERS = {
+    "ppo": ("PPOConfig", ()),
+    "grpo": ("GRPOConfig", ()),
     "sft": ("SFTConfig", ()),
     "rm": ("RewardModelConfig", ()),
     "dpo": ("PreferenceConfig", ("loss", "desirable_weight", "undesirable_weight")),
@@ -111,13 +124,19 @@ def _run_args(p, out_help: str = "run folder: config.json, metrics.jsonl, model/
     p.add_argument("--no-progress", action="store_true")
 
 
+def _config_flags(p, name: str) -> None:
+    from offrl.prefs import config as C
+
+    cls_name, skip = TRAINERS[name]
+    C.add_config_flags(p, getattr(C, cls_name), skip=skip)
+
+
 def _training_args(p, name: str) -> None:
     from offrl.prefs import config as C
 
     _model_data_args(p)
     _run_args(p)
-    cls_name, skip = TRAINERS[name]
-    C.add_config_flags(p, getattr(C, cls_name), skip=skip)
+    _config_flags(p, name)
     if name == "dpo":
         p.add_argument("--robust", action="store_true", help="with --label-smoothing: robust DPO (rDPO) instead of cDPO")
 
@@ -181,6 +200,24 @@ def _train(args) -> int:
 
         result = train_preferences(args.model, args.data, args.out, config, args.resume, progress)
     _print_summary(f"offrl prefs {args.trainer}: {args.out}", result, config)
+    return 0
+
+
+def _policy_gradient(args) -> int:
+    from offrl.prefs import config as C
+
+    config = C.config_from_args(getattr(C, TRAINERS[args.trainer][0]), args)
+    _threads(args.threads)
+    _quiet_transformers()
+    if args.trainer == "ppo":
+        from offrl.prefs.ppo import train_ppo
+
+        result = train_ppo(args.model, args.prompts, args.out, config, args.resume, not args.no_progress)
+    else:
+        from offrl.prefs.grpo import train_grpo
+
+        result = train_grpo(args.model, args.prompts, args.out, config, args.resume, not args.no_progress)
+    _print_summary(f"offrl prefs {args.trainer} ({getattr(config, 'estimator', 'ppo')}): {args.out}", result, config)
     return 0
 
 

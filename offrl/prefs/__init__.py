@@ -38,6 +38,11 @@ _EXPORTS = {
     "train_preferences": "offrl.prefs.preference",
     "train_reward_model": "offrl.prefs.reward_model",
     "train_sft": "offrl.prefs.sft",
+    "PolicyGradientConfig": "offrl.prefs.config",
+    "PPOConfig": "offrl.prefs.config",
+    "GRPOConfig": "offrl.prefs.config",
+    "train_ppo": "offrl.prefs.ppo",
+    "train_grpo": "offrl.prefs.grpo",
     "evaluate_policy": "offrl.prefs.evaluation",
     "label_pairs": "offrl.prefs.labelling",
 }

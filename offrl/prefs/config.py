@@ -229,3 +229,106 @@ def config_from_args(cls, args: argparse.Namespace, **fixed):
     values = {k[len("cfg__"):]: v for k, v in vars(args).items() if k.startswith("cfg__") and k[len("cfg__"):] in names}
     values.update(fixed)
     return cls(**values)
+
+
+# --------------------------------------------------------------------------- online RLHF
+
+KL_ESTIMATORS = ("k1", "k3")
+GROUP_ESTIMATORS = ("grpo", "rloo")
+
+
+@dataclass(frozen=True)
+class PolicyGradientConfig:
+    """Options shared by the policy-gradient RLHF trainers (PPO, GRPO, RLOO).
+
+    steps: iterations; each samples a rollout batch and optimises on it.
+    batch_size: prompts per iteration.
+    lr: peak AdamW learning rate (linear warmup, cosine decay to 10%).
+    weight_decay: AdamW weight decay.
+    warmup_steps: iterations of linear learning-rate warmup.
+    grad_clip: global gradient-norm clip (0: off).
+    max_new_tokens: response length cap in tokens.
+    temperature: sampling temperature of the rollouts (log-probs are taken at the same temperature).
+    kl_coef: beta, the price of one nat of KL(pi || pi_ref) (the starting value when kl_target is set).
+    kl_estimator: per-token KL estimator: k1 (log pi - log pi_ref) or k3 (non-negative; see rl_losses).
+    kl_target: target KL per sequence of the adaptive controller (Ziegler et al. 2019); unset: fixed kl_coef.
+    kl_horizon: horizon of the adaptive controller, in samples.
+    kl_budget: KL per sequence beyond which the guardrails warn (0: no budget).
+    epochs: optimisation passes over each rollout batch.
+    minibatches: minibatches per pass.
+    clip_range: epsilon of the clipped policy ratio.
+    reward_model: reward-model folder or ensemble run folder of `offrl prefs rm` (unset: the digits
+      task's programmatic reward).
+    uncertainty_penalty: c in the reward mean - c * std over the reward model's heads.
+    whiten_rewards: whiten the scores over the batch before use.
+    log_every: iterations between metric lines.
+    save_every: iterations between checkpoints (0: only the final model).
+    seed: random seed (prompt batches and samples derive from it and the iteration).
+    """
+
+    steps: int = _field(100, gt=0)
+    batch_size: int = _field(32, gt=0)
+    lr: float = _field(1e-5, gt=0)
+    weight_decay: float = _field(0.0, ge=0)
+    warmup_steps: int = _field(0, ge=0)
+    grad_clip: float = _field(1.0, ge=0)
+    max_new_tokens: int = _field(16, gt=0)
+    temperature: float = _field(1.0, gt=0)
+    kl_coef: float = _field(0.05, ge=0)
+    kl_estimator: str = _field("k1", choices=KL_ESTIMATORS)
+    kl_target: float | None = _field(None, gt=0)
+    kl_horizon: float = _field(10000.0, gt=0)
+    kl_budget: float = _field(0.0, ge=0)
+    epochs: int = _field(4, gt=0)
+    minibatches: int = _field(1, gt=0)
+    clip_range: float = _field(0.2, gt=0)
+    reward_model: str | None = None
+    uncertainty_penalty: float = _field(0.0, ge=0)
+    whiten_rewards: bool = False
+    log_every: int = _field(1, gt=0)
+    save_every: int = _field(0, ge=0)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PPOConfig(PolicyGradientConfig):
+    """PPO-RLHF (Ziegler et al. 2019; Ouyang et al. 2022): per-token KL penalty in the reward, GAE, value model.
+
+    gamma: discount over response tokens.
+    lam: GAE lambda.
+    vf_coef: weight of the value loss.
+    value_clip: epsilon of the clipped value loss.
+    value_model: shared (a value head on the policy's trunk) or a model folder (a separate small model
+      whose last hidden state feeds the value head).
+    """
+
+    gamma: float = _field(1.0, ge=0, le=1)
+    lam: float = _field(0.95, ge=0, le=1)
+    vf_coef: float = _field(0.1, ge=0)
+    value_clip: float = _field(0.2, gt=0)
+    value_model: str = "shared"
+
+
+@dataclass(frozen=True)
+class GRPOConfig(PolicyGradientConfig):
+    """Group-relative policy gradients without a value model: GRPO (Shao et al. 2024) and RLOO
+    (Ahmadian et al. 2024) on the same rollout and KL code.
+
+    estimator: grpo (group-normalised advantages, KL in the loss) or rloo (leave-one-out baseline,
+      KL in the sequence reward).
+    group_size: samples per prompt (G).
+    scale_rewards: divide GRPO's centred rewards by the group's std.
+    """
+
+    kl_coef: float = _field(0.04, ge=0)
+    kl_estimator: str = _field("k3", choices=KL_ESTIMATORS)
+    epochs: int = _field(1, gt=0)
+    estimator: str = _field("grpo", choices=GROUP_ESTIMATORS)
+    group_size: int = _field(4, ge=2)
+    scale_rewards: bool = True

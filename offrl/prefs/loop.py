@@ -72,13 +72,7 @@ def run_loop(
         start_step = int(state["step"])
     model, optimizer = accelerator.prepare(model, optimizer)
     metrics_path = os.path.join(out, "metrics.jsonl")
-    history: list[dict[str, float]] = []
-    if ckpt is not None and os.path.exists(metrics_path):
-        with open(metrics_path) as fh:
-            history = [json.loads(line) for line in fh if json.loads(line).get("step", 0) <= start_step]
-    with open(metrics_path, "w") as fh:
-        for row in history:
-            fh.write(json.dumps(row) + "\n")
+    history = truncate_metrics(metrics_path, start_step if ckpt is not None else 0)
 
     world = accelerator.num_processes
     per_device = max(1, config.batch_size // world)
@@ -169,6 +163,19 @@ def run_loop(
             tokenizer.save_pretrained(os.path.join(out, "model"))
         if config.save_every:
             save_checkpoint(ckpt_dir, final, tokenizer, optimizer, config.steps)
+    return history
+
+
+def truncate_metrics(metrics_path: str, step: int) -> list[dict[str, float]]:
+    """Keep the rows of ``metrics.jsonl`` logged at or before ``step`` (the checkpoint a run resumes
+    from; 0 starts afresh), rewrite the file with them and return them."""
+    history: list[dict[str, float]] = []
+    if step > 0 and os.path.exists(metrics_path):
+        with open(metrics_path) as fh:
+            history = [row for row in map(json.loads, fh) if row.get("step", 0) <= step]
+    with open(metrics_path, "w") as fh:
+        for row in history:
+            fh.write(json.dumps(row) + "\n")
     return history
 
 
