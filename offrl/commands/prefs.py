@@ -59,11 +59,14 @@ def register(subparsers) -> None:
         _config_flags(p, name)
         p.set_defaults(func=_policy_gradient, trainer=name)
 
-    p = sub.add_parser("label", help="sample completions and label pairs with the digits judge or a reward model")
+    p = sub.add_parser("label", help="sample completions and label pairs with a judge, a reward model or a constitution")
     _model_data_args(p)
     p.add_argument("--out", required=True, help="pairs JSONL to write")
-    p.add_argument("--judge", default="digits", help="'digits' (the programmatic judge of make-task)")
-    p.add_argument("--reward-model", help="label with this reward-model folder (or ensemble run folder) instead of the judge")
+    p.add_argument("--judge", default="digits",
+                   help="digits (the program of make-task), rm:PATH (a reward model) or lm:PATH (a pairwise LM judge)")
+    p.add_argument("--reward-model", help="score every sample with this reward model (or ensemble run folder); best vs worst")
+    p.add_argument("--constitution", help="principles file (one per line): critique-and-revise pairs instead of a judge")
+    p.add_argument("--critic", default="digits", help="with --constitution: digits (programmatic stand-in) or lm:PATH")
     p.add_argument("--samples", type=int, default=4, help="completions sampled per prompt")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--temperature", type=float, default=1.0)
@@ -71,6 +74,18 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
     p.set_defaults(func=_label)
+
+    p = sub.add_parser("iterate", help="iterative (online) DPO: rounds of sample -> judge -> DPO -> evaluate")
+    p.add_argument("--model", required=True, help="start (SFT) model folder")
+    p.add_argument("--prompts", required=True, help='JSONL of {"prompt": ...} rows to sample from')
+    p.add_argument("--eval-prompts", help="held-out prompts for the true reward and KL per round")
+    p.add_argument("--out", required=True, help="work folder (finished rounds are reused on rerun)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--no-progress", action="store_true")
+    from offrl.prefs.config import IterateConfig, add_config_flags
+
+    add_config_flags(p, IterateConfig)
+    p.set_defaults(func=_iterate)
 
     p = sub.add_parser("eval", help="true reward (judge) and sampled KL to a reference on prompts; pair accuracy on pairs")
     _model_data_args(p)
@@ -256,12 +271,45 @@ def _label(args) -> int:
     prompts = read_prompts(args.data)
     if args.max_prompts:
         prompts = prompts[: args.max_prompts]
-    rows, stats = sample_and_label(args.model, prompts, judge=args.judge, reward_model=args.reward_model,
-                                   samples=args.samples, max_new_tokens=args.max_new_tokens,
-                                   temperature=args.temperature, seed=args.seed)
+    if args.constitution:
+        from offrl.prefs.labelling import critique_and_revise
+
+        rows, stats = critique_and_revise(args.model, prompts, args.constitution, args.critic, args.max_new_tokens,
+                                          args.temperature, args.seed)
+        stats.setdefault("tied_prompts", stats.get("unrevised", 0))
+    else:
+        rows, stats = sample_and_label(args.model, prompts, judge=args.judge, reward_model=args.reward_model,
+                                       samples=args.samples, max_new_tokens=args.max_new_tokens,
+                                       temperature=args.temperature, seed=args.seed)
     write_jsonl(args.out, rows)
-    Console().print(f"{stats['pairs']} pairs from {stats['prompts']} prompts ({stats['tied_prompts']} prompts tied, "
-                    f"mean sample score {stats['mean_sample_score']:.3f}) -> {args.out}")
+    score = f", mean sample score {stats['mean_sample_score']:.3f}" if "mean_sample_score" in stats else ""
+    Console().print(f"{stats['pairs']} pairs from {stats['prompts']} prompts ({stats['tied_prompts']} prompts without "
+                    f"a pair{score}) -> {args.out}")
+    return 0
+
+
+def _iterate(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.prefs.config import IterateConfig, config_from_args
+    from offrl.prefs.iterate import run_iterate
+
+    config = config_from_args(IterateConfig, args)
+    _threads(args.threads)
+    _quiet_transformers()
+    console = Console()
+    result = run_iterate(args.model, args.prompts, args.out, config, eval_prompts=args.eval_prompts,
+                         progress=not args.no_progress, log=console.print)
+    table = Table(title=f"offrl prefs iterate: {args.out}")
+    for col in ("round", "method", "pairs", "reward", "exact", "KL(pi||start)", "held-out pair acc"):
+        table.add_column(col, justify="right")
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for r in result["rows"]:
+        table.add_row(str(r["round"]), r["method"], str(r["pairs"]), fmt(r.get("reward")), fmt(r.get("exact")),
+                      fmt(r.get("kl")), fmt(r.get("eval_accuracy")))
+    console.print(table)
+    console.print(f"final model: {result['final_model']}")
     return 0
 
 

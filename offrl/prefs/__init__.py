@@ -43,6 +43,11 @@ _EXPORTS = {
     "GRPOConfig": "offrl.prefs.config",
     "train_ppo": "offrl.prefs.ppo",
     "train_grpo": "offrl.prefs.grpo",
+    "IterateConfig": "offrl.prefs.config",
+    "run_iterate": "offrl.prefs.iterate",
+    "ProgrammaticJudge": "offrl.prefs.judges",
+    "RewardModelJudge": "offrl.prefs.judges",
+    "PairwiseLMJudge": "offrl.prefs.judges",
     "evaluate_policy": "offrl.prefs.evaluation",
     "label_pairs": "offrl.prefs.labelling",
 }

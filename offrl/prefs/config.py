@@ -332,3 +332,48 @@ class GRPOConfig(PolicyGradientConfig):
     estimator: str = _field("grpo", choices=GROUP_ESTIMATORS)
     group_size: int = _field(4, ge=2)
     scale_rewards: bool = True
+
+
+@dataclass(frozen=True)
+class IterateConfig:
+    """Iterative (online) DPO: rounds of sample -> judge -> preference optimisation -> evaluate.
+
+    rounds: number of rounds.
+    prompts_per_round: fresh training prompts sampled each round.
+    samples: completions sampled per prompt from the current policy (K).
+    max_new_tokens: completion length cap in tokens.
+    judge: digits (the program), rm:PATH (a reward model) or lm:PATH (a pairwise LM judge).
+    keep_reference: keep the starting (SFT) model as the reference instead of the previous round's policy.
+    loss: preference loss of each round: dpo, ipo or kto.
+    beta: the loss's KL price.
+    steps: optimizer steps per round.
+    lr: peak learning rate of each round.
+    batch_size: pairs per step.
+    max_length: prompt + completion tokens.
+    eval_samples: samples per held-out prompt for the true reward and KL(pi || pi_start).
+    compare_offline: also train one-shot offline preference optimisation from the start model on the
+      same number of labels, sampled once from the start model.
+    seed: random seed.
+    """
+
+    rounds: int = _field(3, gt=0)
+    prompts_per_round: int = _field(500, gt=0)
+    samples: int = _field(4, ge=2)
+    max_new_tokens: int = _field(10, gt=0)
+    judge: str = "digits"
+    keep_reference: bool = False
+    loss: str = _field("dpo", choices=("dpo", "ipo", "kto"))
+    beta: float = _field(0.1, gt=0)
+    steps: int = _field(100, gt=0)
+    lr: float = _field(5e-4, gt=0)
+    batch_size: int = _field(32, gt=0)
+    max_length: int = _field(32, gt=1)
+    eval_samples: int = _field(4, ge=0)
+    compare_offline: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

@@ -43,14 +43,15 @@ def table_scorer(prompts: Sequence[str], completions: Sequence[str], scores: Seq
 def sample_and_label(model: str, prompts: Sequence[str], judge: str = "digits", reward_model: str | None = None,
                      samples: int = 4, max_new_tokens: int = 16, temperature: float = 1.0,
                      seed: int = 0) -> tuple[list[dict], dict[str, float]]:
-    """Sample ``samples`` completions per prompt from the model folder ``model`` and label pairs with
-    the digits judge or, when ``reward_model`` is given, that reward model (or ensemble)'s mean."""
-    from offrl.errors import ConfigError
-    from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions
-    from offrl.prefs.task import judge as digits_judge
+    """Sample ``samples`` completions per prompt from the model folder ``model`` and label pairs.
 
-    if reward_model is None and judge != "digits":
-        raise ConfigError(f"--judge {judge} is unknown; use 'digits' or pass --reward-model PATH.")
+    With ``reward_model`` (or the programmatic ``judge="digits"``) every sample is scored and the
+    best and worst form the pair; with a pairwise judge (``rm:PATH``, ``lm:PATH``, see
+    :func:`offrl.prefs.judges.make_judge`) two distinct samples are compared."""
+    from offrl.prefs.judges import ProgrammaticJudge, label_with_judge, make_judge
+    from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions
+
+    chosen_judge = None if reward_model else make_judge(judge)
     policy, tokenizer = load_causal_lm(model), load_tokenizer(model)
     drawn = sample_completions(policy, tokenizer, prompts, samples, max_new_tokens, temperature, seed=seed)
     if reward_model:
@@ -60,7 +61,28 @@ def sample_and_label(model: str, prompts: Sequence[str], judge: str = "digits", 
         scorer.check_tokenizer(tokenizer)
         flat = [p for p in prompts for _ in range(samples)]
         means, _ = scorer(flat, drawn.texts)
-        score = table_scorer(flat, drawn.texts, means.tolist())
+        return label_pairs(prompts, drawn.grouped(), table_scorer(flat, drawn.texts, means.tolist()), seed=seed)
+    if isinstance(chosen_judge, ProgrammaticJudge):
+        return label_pairs(prompts, drawn.grouped(), chosen_judge.score, seed=seed)
+    return label_with_judge(prompts, drawn.grouped(), chosen_judge, seed=seed)
+
+
+def critique_and_revise(model: str, prompts: Sequence[str], constitution: str, critic: str = "digits",
+                        max_new_tokens: int = 16, temperature: float = 1.0, seed: int = 0, max_fixes: int = 1) -> tuple[list[dict], dict[str, float]]:
+    """One completion per prompt from ``model``, critiqued against a principle of the ``constitution``
+    file and revised by the ``critic`` (``digits``: the programmatic stand-in; ``lm:PATH``: a local LM,
+    e.g. the model itself; ``max_fixes``: errors the digits critic fixes per revision); (revised > original) pairs."""
+    from offrl.errors import ConfigError
+    from offrl.prefs.judges import DigitsCritic, LMCritic, constitution_pairs, read_principles
+    from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions
+
+    principles = read_principles(constitution)
+    if critic == "digits":
+        reviser = DigitsCritic(max_fixes)
+    elif critic.startswith("lm:") and len(critic) > 3:
+        reviser = LMCritic(critic[3:], max_new_tokens)
     else:
-        score = digits_judge
-    return label_pairs(prompts, drawn.grouped(), score, seed=seed)
+        raise ConfigError(f"--critic {critic} is unknown; use digits or lm:PATH (a local causal LM folder).")
+    policy, tokenizer = load_causal_lm(model), load_tokenizer(model)
+    drawn = sample_completions(policy, tokenizer, prompts, 1, max_new_tokens, temperature, seed=seed)
+    return constitution_pairs(list(prompts), drawn.texts, reviser, principles, seed=seed)
