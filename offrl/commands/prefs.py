@@ -87,6 +87,12 @@ def register(subparsers) -> None:
     add_config_flags(p, IterateConfig)
     p.set_defaults(func=_iterate)
 
+    p = sub.add_parser("guard", help="guardrails report of a ppo/grpo run: reward hacking and KL-budget warnings, plots")
+    p.add_argument("run", metavar="RUN", help="run folder of `offrl prefs ppo` or `offrl prefs grpo`")
+    p.add_argument("--kl-budget", type=float, default=None, help="KL per sequence allowed (default: the run's --kl-budget)")
+    p.add_argument("--out", help="report folder (default RUN/guard)")
+    p.set_defaults(func=_guard)
+
     p = sub.add_parser("eval", help="true reward (judge) and sampled KL to a reference on prompts; pair accuracy on pairs")
     _model_data_args(p)
     p.add_argument("--reference", help="reference model folder for KL / implicit rewards")
@@ -310,6 +316,26 @@ def _iterate(args) -> int:
                       fmt(r.get("kl")), fmt(r.get("eval_accuracy")))
     console.print(table)
     console.print(f"final model: {result['final_model']}")
+    return 0
+
+
+def _guard(args) -> int:
+    from rich.console import Console
+
+    from offrl.errors import ConfigError
+    from offrl.prefs.guard import GuardRules, guard_report
+
+    if args.kl_budget is not None and args.kl_budget < 0:
+        raise ConfigError(f"--kl-budget {args.kl_budget} is invalid: it must be >= 0 (0: no budget).")
+    rules = GuardRules(kl_budget=args.kl_budget) if args.kl_budget is not None else None
+    report = guard_report(args.run, rules, args.out)
+    console = Console()
+    for w in report["warnings"]:
+        console.print(f"[yellow]iteration {w['step']}: {w['kind']}[/]: {w['message']}")
+    if not report["warnings"]:
+        console.print("no warnings")
+    folder = args.out or f"{args.run}/guard"
+    console.print(f"report: {folder}/report.md ({len(report['plots'])} plots, report.json)")
     return 0
 
 

@@ -95,6 +95,30 @@ def rollout_metrics(batch: ScoredRollout, kl_coef: float) -> dict[str, float]:
     }
     if batch.true is not None:
         row["objective/true_reward"] = float(batch.true.mean())
+    row.update(guard_metrics(batch))
+    return row
+
+
+def guard_metrics(batch: ScoredRollout) -> dict[str, float]:
+    """What the guardrails watch on the policy's own samples: the correlation of the proxy reward
+    (the reward model's mean) with the response length and with the true reward, and, for group
+    rollouts, the share of within-group pairs (of different true reward) that the proxy orders as the
+    true reward does."""
+    from offrl.prefs.reward_model import pearson
+
+    proxy = batch.scores.mean.float().cpu()
+    lengths = batch.mask.sum(-1).float().cpu()
+    row = {"guard/length_correlation": pearson(proxy, lengths)}
+    if batch.true is not None:
+        true = batch.true.float().cpu()
+        row["guard/proxy_true_correlation"] = pearson(proxy, true)
+        G = batch.rollout.group_size
+        if G > 1:
+            p, t = proxy.view(-1, G), true.view(-1, G)
+            dp, dt = p[:, :, None] - p[:, None, :], t[:, :, None] - t[:, None, :]
+            informative = dt != 0
+            if informative.any():
+                row["guard/pair_agreement"] = float(((dp * dt) > 0)[informative].float().mean())
     return row
 
 
@@ -133,8 +157,11 @@ def run_policy_gradient(
     """Run ``config.steps`` iterations; ``update(batch, kl_coef, optimizer_step, step)`` does the
     algorithm's part and calls ``optimizer_step(loss)`` for each gradient step. ``callbacks`` see
     every logged row (the guardrails monitor warns from there)."""
+    from offrl.prefs.guard import GuardMonitor
+
     modules = modules or {}
     os.makedirs(out, exist_ok=True)
+    callbacks = [GuardMonitor(out, config.kl_budget), *callbacks]
     ckpt_dir = os.path.join(out, "checkpoints")
     torch.manual_seed(config.seed)
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -151,6 +178,7 @@ def run_policy_gradient(
         controller = controller._replace(coef=float(state["extra"]["kl_coef"]))
     metrics_path = os.path.join(out, "metrics.jsonl")
     history = truncate_metrics(metrics_path, start)
+    callbacks[0].restart(history)
 
     def optimizer_step(loss: Tensor) -> None:
         loss.backward()
