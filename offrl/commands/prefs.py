@@ -1,14 +1,18 @@
-"""``offrl prefs``: offline preference optimisation for language models (PyTorch side).
+"""``offrl prefs``: preference learning for language models (PyTorch side).
 
     offrl prefs make-task --out runs/task                      tiny model + tokenizer + data
     offrl prefs sft   --model runs/task/model --data runs/task/demos.jsonl --out runs/sft
     offrl prefs label --model runs/sft/model --data runs/task/prompts_train.jsonl --out pairs.jsonl
     offrl prefs rm    --model runs/sft/model --data pairs.jsonl --out runs/rm --heads 4
     offrl prefs dpo | ipo | kto --model runs/sft/model --data pairs.jsonl --out runs/dpo --beta 0.1
+    offrl prefs ppo | grpo --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/ppo
+    offrl prefs iterate --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/iter
+    offrl prefs guard runs/ppo                                 guardrails report of an online run
     offrl prefs eval  --model runs/dpo/model --reference runs/sft/model --data runs/task/prompts_eval.jsonl
     offrl prefs frontier --out runs/frontier                   the whole experiment + plot
 
-torch and transformers are imported inside the command functions only.
+Training flags are generated from the config dataclasses of ``offrl.prefs.config``; torch and
+transformers are imported inside the command functions only.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from __future__ import annotations
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "prefs",
-        help="offline preference optimisation for language models (SFT, reward models, DPO/IPO/KTO)",
-        description="Offline preference optimisation for any local Hugging Face causal LM: SFT (= BC), "
-        "Bradley-Terry reward models, DPO / IPO / KTO / conservative and robust DPO, evaluation and the "
-        "reward-vs-KL frontier on a tiny verifiable task.",
+        help="preference learning for language models (SFT, reward models, DPO/IPO/KTO, PPO/GRPO/RLOO, judges)",
+        description="Preference learning for any local Hugging Face causal LM: SFT (= BC), Bradley-Terry reward "
+        "models, DPO / IPO / KTO / conservative and robust DPO, online RLHF (PPO, GRPO, RLOO) with a KL penalty, "
+        "iterative DPO with AI judges, the reward-hacking guardrails report, evaluation and the reward-vs-KL "
+        "frontier on a tiny verifiable task.",
     )
     sub = parser.add_subparsers(dest="prefs_command", metavar="STEP")
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
