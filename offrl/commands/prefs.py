@@ -113,11 +113,13 @@ def register(subparsers) -> None:
     p.add_argument("--model", help="start from this SFT model instead of training one")
     p.add_argument("--data", help="start from this pairs JSONL instead of sampling and labelling")
     p.add_argument("--prompts", help="held-out prompts JSONL (default: the task's)")
-    p.add_argument("--methods", default="dpo,ipo,kto", help="comma-separated: dpo,ipo,kto,cdpo,rdpo")
+    p.add_argument("--methods", default="dpo,ipo,kto,ppo,grpo,iterate",
+                   help="comma-separated: dpo,ipo,kto,cdpo,rdpo (offline), ppo,grpo,iterate (online)")
     p.add_argument("--betas", action="append", default=[], metavar="METHOD=B1,B2",
                    help="betas for one method, e.g. --betas dpo=0.05,0.1 (repeatable)")
     p.add_argument("--sft-steps", type=int, default=600)
     p.add_argument("--steps", type=int, default=150, help="optimizer steps per preference run")
+    p.add_argument("--rl-steps", type=int, default=60, help="iterations per PPO / GRPO run")
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--label-prompts", type=int, default=2000)
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
@@ -387,7 +389,8 @@ def _frontier(args) -> int:
     base = FrontierConfig()
     cfg = replace(base, methods=methods, betas=betas, seed=args.seed, label_prompts=args.label_prompts,
                   sft=replace(base.sft, steps=args.sft_steps),
-                  preference=replace(base.preference, steps=args.steps, lr=args.lr))
+                  preference=replace(base.preference, steps=args.steps, lr=args.lr),
+                  ppo=replace(base.ppo, steps=args.rl_steps), grpo=replace(base.grpo, steps=args.rl_steps))
     console = Console()
     result = run_frontier(args.out, cfg, progress=not args.no_progress, log=console.print, sft_model=args.model,
                           pairs=args.data, eval_prompts_path=args.prompts)
