@@ -1,28 +1,32 @@
-"""``offrl prefs``: offline preference optimisation for language models (PyTorch side).
+"""``offrl prefs``: preference learning for language models (PyTorch side).
 
     offrl prefs make-task --out runs/task                      tiny model + tokenizer + data
     offrl prefs sft   --model runs/task/model --data runs/task/demos.jsonl --out runs/sft
     offrl prefs label --model runs/sft/model --data runs/task/prompts_train.jsonl --out pairs.jsonl
     offrl prefs rm    --model runs/sft/model --data pairs.jsonl --out runs/rm --heads 4
     offrl prefs dpo | ipo | kto --model runs/sft/model --data pairs.jsonl --out runs/dpo --beta 0.1
+    offrl prefs ppo | grpo --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/ppo
+    offrl prefs iterate --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/iter
+    offrl prefs guard runs/ppo                                 guardrails report of an online run
     offrl prefs eval  --model runs/dpo/model --reference runs/sft/model --data runs/task/prompts_eval.jsonl
     offrl prefs frontier --out runs/frontier                   the whole experiment + plot
 
-torch and transformers are imported inside the command functions only.
+Training flags are generated from the config dataclasses of ``offrl.prefs.config``; torch and
+transformers are imported inside the command functions only.
 """
 
 from __future__ import annotations
 
-import argparse
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "prefs",
-        help="offline preference optimisation for language models (SFT, reward models, DPO/IPO/KTO)",
-        description="Offline preference optimisation for any local Hugging Face causal LM: SFT (= BC), "
-        "Bradley-Terry reward models, DPO / IPO / KTO / conservative and robust DPO, evaluation and the "
-        "reward-vs-KL frontier on a tiny verifiable task.",
+        help="preference learning for language models (SFT, reward models, DPO/IPO/KTO, PPO/GRPO/RLOO, judges)",
+        description="Preference learning for any local Hugging Face causal LM: SFT (= BC), Bradley-Terry reward "
+        "models, DPO / IPO / KTO / conservative and robust DPO, online RLHF (PPO, GRPO, RLOO) with a KL penalty, "
+        "iterative DPO with AI judges, the reward-hacking guardrails report, evaluation and the reward-vs-KL "
+        "frontier on a tiny verifiable task.",
     )
     sub = parser.add_subparsers(dest="prefs_command", metavar="STEP")
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
@@ -49,11 +53,25 @@ def register(subparsers) -> None:
         _training_args(p, name)
         p.set_defaults(func=_train, trainer=name)
 
-    p = sub.add_parser("label", help="sample completions and label pairs with the digits judge or a reward model")
+    for name, help_text in (
+        ("ppo", "PPO-RLHF: KL-penalised reward (reward model or program), GAE, value head or separate value model"),
+        ("grpo", "GRPO / RLOO (--estimator rloo): group-relative policy gradients, no value model"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--model", required=True, help="starting policy and KL reference: a local Hugging Face model folder")
+        p.add_argument("--prompts", required=True, help='JSONL of {"prompt": ...} rows (e.g. make-task\'s prompts_train.jsonl)')
+        _run_args(p)
+        _config_flags(p, name)
+        p.set_defaults(func=_policy_gradient, trainer=name)
+
+    p = sub.add_parser("label", help="sample completions and label pairs with a judge, a reward model or a constitution")
     _model_data_args(p)
     p.add_argument("--out", required=True, help="pairs JSONL to write")
-    p.add_argument("--judge", default="digits", help="'digits' (the programmatic judge of make-task)")
-    p.add_argument("--reward-model", help="label with this reward-model folder (or ensemble run folder) instead of the judge")
+    p.add_argument("--judge", default="digits",
+                   help="digits (the program of make-task), rm:PATH (a reward model) or lm:PATH (a pairwise LM judge)")
+    p.add_argument("--reward-model", help="score every sample with this reward model (or ensemble run folder); best vs worst")
+    p.add_argument("--constitution", help="principles file (one per line): critique-and-revise pairs instead of a judge")
+    p.add_argument("--critic", default="digits", help="with --constitution: digits (programmatic stand-in) or lm:PATH")
     p.add_argument("--samples", type=int, default=4, help="completions sampled per prompt")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--temperature", type=float, default=1.0)
@@ -61,6 +79,24 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
     p.set_defaults(func=_label)
+
+    p = sub.add_parser("iterate", help="iterative (online) DPO: rounds of sample -> judge -> DPO -> evaluate")
+    p.add_argument("--model", required=True, help="start (SFT) model folder")
+    p.add_argument("--prompts", required=True, help='JSONL of {"prompt": ...} rows to sample from')
+    p.add_argument("--eval-prompts", help="held-out prompts for the true reward and KL per round")
+    p.add_argument("--out", required=True, help="work folder (finished rounds are reused on rerun)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--no-progress", action="store_true")
+    from offrl.prefs.config import IterateConfig, add_config_flags
+
+    add_config_flags(p, IterateConfig)
+    p.set_defaults(func=_iterate)
+
+    p = sub.add_parser("guard", help="guardrails report of a ppo/grpo run: reward hacking and KL-budget warnings, plots")
+    p.add_argument("run", metavar="RUN", help="run folder of `offrl prefs ppo` or `offrl prefs grpo`")
+    p.add_argument("--kl-budget", type=float, default=None, help="KL per sequence allowed (default: the run's --kl-budget)")
+    p.add_argument("--out", help="report folder (default RUN/guard)")
+    p.set_defaults(func=_guard)
 
     p = sub.add_parser("eval", help="true reward (judge) and sampled KL to a reference on prompts; pair accuracy on pairs")
     _model_data_args(p)
@@ -77,11 +113,13 @@ def register(subparsers) -> None:
     p.add_argument("--model", help="start from this SFT model instead of training one")
     p.add_argument("--data", help="start from this pairs JSONL instead of sampling and labelling")
     p.add_argument("--prompts", help="held-out prompts JSONL (default: the task's)")
-    p.add_argument("--methods", default="dpo,ipo,kto", help="comma-separated: dpo,ipo,kto,cdpo,rdpo")
+    p.add_argument("--methods", default="dpo,ipo,kto,ppo,grpo,iterate",
+                   help="comma-separated: dpo,ipo,kto,cdpo,rdpo (offline), ppo,grpo,iterate (online)")
     p.add_argument("--betas", action="append", default=[], metavar="METHOD=B1,B2",
                    help="betas for one method, e.g. --betas dpo=0.05,0.1 (repeatable)")
     p.add_argument("--sft-steps", type=int, default=600)
     p.add_argument("--steps", type=int, default=150, help="optimizer steps per preference run")
+    p.add_argument("--rl-steps", type=int, default=60, help="iterations per PPO / GRPO run")
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--label-prompts", type=int, default=2000)
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
@@ -95,42 +133,40 @@ def _model_data_args(p) -> None:
     p.add_argument("--data", required=True, help="JSONL / JSON / Parquet file")
 
 
-def _training_args(p, name: str) -> None:
-    _model_data_args(p)
-    p.add_argument("--out", required=True, help="run folder: config.json, metrics.jsonl, model/, checkpoints/")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 1e-4 sft/rm, 5e-6 preference)")
-    p.add_argument("--warmup-steps", type=int, default=10)
-    p.add_argument("--max-length", type=int, default=512)
-    p.add_argument("--max-prompt-length", type=int, default=None)
-    p.add_argument("--bad-rows", choices=("drop", "raise"), default="drop",
-                   help="drop bad rows (reported with row numbers) or refuse the data")
-    p.add_argument("--eval-fraction", type=float, default=0.1)
-    p.add_argument("--log-every", type=int, default=20)
-    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: final model only)")
+#: trainer command -> (config class name in offrl.prefs.config, fields that are not flags of that command)
+TRAINERS = {
+    "ppo": ("PPOConfig", ()),
+    "grpo": ("GRPOConfig", ()),
+    "sft": ("SFTConfig", ()),
+    "rm": ("RewardModelConfig", ()),
+    "dpo": ("PreferenceConfig", ("loss", "desirable_weight", "undesirable_weight")),
+    "ipo": ("PreferenceConfig", ("loss", "label_smoothing", "desirable_weight", "undesirable_weight")),
+    "kto": ("PreferenceConfig", ("loss", "label_smoothing")),
+}
+
+
+def _run_args(p, out_help: str = "run folder: config.json, metrics.jsonl, model/, checkpoints/") -> None:
+    p.add_argument("--out", required=True, help=out_help)
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mixed-precision", default="auto", choices=("auto", "no", "bf16", "fp16"))
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--no-progress", action="store_true")
-    if name == "rm":
-        p.add_argument("--heads", type=int, default=1, help="ensemble size K (bootstrapped heads)")
-        p.add_argument("--models", type=int, default=1, help="ensemble of M independently trained models")
-    if name in ("dpo", "ipo", "kto"):
-        p.add_argument("--beta", type=float, default=0.1)
-        p.add_argument("--reference", help="reference model folder (default: --model)")
-        p.add_argument("--kl-prompts", type=int, default=32,
-                       help="prompts sampled per log step for KL(pi||pi_ref) (0 frees the reference model)")
-        p.add_argument("--kl-max-new-tokens", type=int, default=32)
-        p.add_argument("--length-normalize", action=argparse.BooleanOptionalAction, default=None,
-                       help="per-token mean log-probs (default: on for IPO only)")
+
+
+def _config_flags(p, name: str) -> None:
+    from offrl.prefs import config as C
+
+    cls_name, skip = TRAINERS[name]
+    C.add_config_flags(p, getattr(C, cls_name), skip=skip)
+
+
+def _training_args(p, name: str) -> None:
+    from offrl.prefs import config as C
+
+    _model_data_args(p)
+    _run_args(p)
+    _config_flags(p, name)
     if name == "dpo":
-        p.add_argument("--label-smoothing", type=float, default=0.0, help="label-flip rate: conservative DPO (cDPO)")
         p.add_argument("--robust", action="store_true", help="with --label-smoothing: robust DPO (rDPO) instead of cDPO")
-    if name == "kto":
-        p.add_argument("--desirable-weight", type=float, default=1.0)
-        p.add_argument("--undesirable-weight", type=float, default=1.0)
 
 
 def _threads(n: int) -> None:
@@ -164,44 +200,67 @@ def _make_task(args) -> int:
 
 
 def _train(args) -> int:
+    from offrl.errors import ConfigError
+    from offrl.prefs import config as C
+
+    cls_name, _ = TRAINERS[args.trainer]
+    fixed = {}
+    if cls_name == "PreferenceConfig":
+        fixed["loss"] = args.trainer
+        if args.trainer == "dpo" and args.cfg__label_smoothing > 0:
+            fixed["loss"] = "rdpo" if args.robust else "cdpo"
+        elif getattr(args, "robust", False):
+            raise ConfigError("--robust needs --label-smoothing > 0 (the assumed label-flip rate, e.g. 0.1).")
+    config = C.config_from_args(getattr(C, cls_name), args, **fixed)
+    _threads(args.threads)
+    _quiet_transformers()
+    progress = not args.no_progress
+    if args.trainer == "sft":
+        from offrl.prefs.sft import train_sft
+
+        result = train_sft(args.model, args.data, args.out, config, args.resume, progress)
+    elif args.trainer == "rm":
+        from offrl.prefs.reward_model import train_reward_model
+
+        result = train_reward_model(args.model, args.data, args.out, config, args.resume, progress)
+    else:
+        from offrl.prefs.preference import train_preferences
+
+        result = train_preferences(args.model, args.data, args.out, config, args.resume, progress)
+    _print_summary(f"offrl prefs {args.trainer}: {args.out}", result, config)
+    return 0
+
+
+def _policy_gradient(args) -> int:
+    from offrl.prefs import config as C
+
+    config = C.config_from_args(getattr(C, TRAINERS[args.trainer][0]), args)
+    _threads(args.threads)
+    _quiet_transformers()
+    if args.trainer == "ppo":
+        from offrl.prefs.ppo import train_ppo
+
+        result = train_ppo(args.model, args.prompts, args.out, config, args.resume, not args.no_progress)
+    else:
+        from offrl.prefs.grpo import train_grpo
+
+        result = train_grpo(args.model, args.prompts, args.out, config, args.resume, not args.no_progress)
+    _print_summary(f"offrl prefs {args.trainer} ({getattr(config, 'estimator', 'ppo')}): {args.out}", result, config)
+    return 0
+
+
+def _print_summary(title: str, result, config=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from offrl.prefs import train as T
-
-    _threads(args.threads)
-    _quiet_transformers()
-    common = dict(steps=args.steps, batch_size=args.batch_size, warmup_steps=args.warmup_steps,
-                  max_length=args.max_length, max_prompt_length=args.max_prompt_length, bad_rows=args.bad_rows,
-                  eval_fraction=args.eval_fraction, log_every=args.log_every, save_every=args.save_every,
-                  seed=args.seed, mixed_precision=args.mixed_precision)
-    if args.lr is not None:
-        common["lr"] = args.lr
-    progress = not args.no_progress
-    if args.trainer == "sft":
-        result = T.train_sft(args.model, args.data, args.out, T.SFTConfig(**common), args.resume, progress)
-    elif args.trainer == "rm":
-        result = T.train_reward_model(args.model, args.data, args.out, T.RewardModelConfig(heads=args.heads, models=args.models, **common),
-                                      args.resume, progress)
-    else:
-        loss = args.trainer
-        extra = {}
-        if loss == "dpo" and args.label_smoothing > 0:
-            loss = "rdpo" if args.robust else "cdpo"
-            extra["label_smoothing"] = args.label_smoothing
-        if loss == "kto":
-            extra.update(desirable_weight=args.desirable_weight, undesirable_weight=args.undesirable_weight)
-        cfg = T.PreferenceConfig(loss=loss, beta=args.beta, reference=args.reference, kl_prompts=args.kl_prompts,
-                                 kl_max_new_tokens=args.kl_max_new_tokens, length_normalize=args.length_normalize,
-                                 **extra, **common)
-        result = T.train_preferences(args.model, args.data, args.out, cfg, args.resume, progress)
     console = Console()
     summary = result.summary
     if summary.get("bad_rows_dropped"):
         console.print(f"[yellow]{summary['bad_rows_dropped']} bad rows dropped[/]: " + "; ".join(summary["bad_rows"][:5]))
     if summary.get("truncated_completions"):
-        console.print(f"[yellow]{summary['truncated_completions']} completions truncated at --max-length {args.max_length}[/]")
-    table = Table(title=f"offrl prefs {args.trainer}: {args.out}")
+        console.print(f"[yellow]{summary['truncated_completions']} completions truncated at --max-length "
+                      f"{getattr(config, 'max_length', '?')}[/]")
+    table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in summary.items():
@@ -211,41 +270,79 @@ def _train(args) -> int:
             table.add_row(key, str(value))
     console.print(table)
     console.print(f"model: {result.model_path}")
-    return 0
 
 
 def _label(args) -> int:
     from rich.console import Console
 
-    from offrl.errors import ConfigError
     from offrl.prefs.data import write_jsonl
-    from offrl.prefs.experiment import label_pairs
-    from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions
-    from offrl.prefs.task import judge, read_prompts
+    from offrl.prefs.labelling import sample_and_label
+    from offrl.prefs.task import read_prompts
 
     _threads(args.threads)
     _quiet_transformers()
     prompts = read_prompts(args.data)
     if args.max_prompts:
         prompts = prompts[: args.max_prompts]
-    model, tokenizer = load_causal_lm(args.model), load_tokenizer(args.model)
-    samples = sample_completions(model, tokenizer, prompts, args.samples, args.max_new_tokens, args.temperature,
-                                 seed=args.seed)
-    if args.reward_model:
-        from offrl.prefs.train import score_with_reward_model
+    if args.constitution:
+        from offrl.prefs.labelling import critique_and_revise
 
-        flat_prompts = [p for p in prompts for _ in range(args.samples)]
-        means, _ = score_with_reward_model(args.reward_model, flat_prompts, samples.texts)
-        table = {(p, c): float(m) for p, c, m in zip(flat_prompts, samples.texts, means)}
-        score = lambda p, c: table[(p, c)]
-    elif args.judge == "digits":
-        score = judge
+        rows, stats = critique_and_revise(args.model, prompts, args.constitution, args.critic, args.max_new_tokens,
+                                          args.temperature, args.seed)
+        stats.setdefault("tied_prompts", stats.get("unrevised", 0))
     else:
-        raise ConfigError(f"--judge {args.judge} is unknown; use 'digits' or pass --reward-model PATH.")
-    rows, stats = label_pairs(prompts, samples.grouped(), score, seed=args.seed)
+        rows, stats = sample_and_label(args.model, prompts, judge=args.judge, reward_model=args.reward_model,
+                                       samples=args.samples, max_new_tokens=args.max_new_tokens,
+                                       temperature=args.temperature, seed=args.seed)
     write_jsonl(args.out, rows)
-    Console().print(f"{stats['pairs']} pairs from {stats['prompts']} prompts ({stats['tied_prompts']} prompts tied, "
-                    f"mean sample score {stats['mean_sample_score']:.3f}) -> {args.out}")
+    score = f", mean sample score {stats['mean_sample_score']:.3f}" if "mean_sample_score" in stats else ""
+    Console().print(f"{stats['pairs']} pairs from {stats['prompts']} prompts ({stats['tied_prompts']} prompts without "
+                    f"a pair{score}) -> {args.out}")
+    return 0
+
+
+def _iterate(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.prefs.config import IterateConfig, config_from_args
+    from offrl.prefs.iterate import run_iterate
+
+    config = config_from_args(IterateConfig, args)
+    _threads(args.threads)
+    _quiet_transformers()
+    console = Console()
+    result = run_iterate(args.model, args.prompts, args.out, config, eval_prompts=args.eval_prompts,
+                         progress=not args.no_progress, log=console.print)
+    table = Table(title=f"offrl prefs iterate: {args.out}")
+    for col in ("round", "method", "pairs", "reward", "exact", "KL(pi||start)", "held-out pair acc"):
+        table.add_column(col, justify="right")
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for r in result["rows"]:
+        table.add_row(str(r["round"]), r["method"], str(r["pairs"]), fmt(r.get("reward")), fmt(r.get("exact")),
+                      fmt(r.get("kl")), fmt(r.get("eval_accuracy")))
+    console.print(table)
+    console.print(f"final model: {result['final_model']}")
+    return 0
+
+
+def _guard(args) -> int:
+    from rich.console import Console
+
+    from offrl.errors import ConfigError
+    from offrl.prefs.guard import GuardRules, guard_report
+
+    if args.kl_budget is not None and args.kl_budget < 0:
+        raise ConfigError(f"--kl-budget {args.kl_budget} is invalid: it must be >= 0 (0: no budget).")
+    rules = GuardRules(kl_budget=args.kl_budget) if args.kl_budget is not None else None
+    report = guard_report(args.run, rules, args.out)
+    console = Console()
+    for w in report["warnings"]:
+        console.print(f"[yellow]iteration {w['step']}: {w['kind']}[/]: {w['message']}")
+    if not report["warnings"]:
+        console.print("no warnings")
+    folder = args.out or f"{args.run}/guard"
+    console.print(f"report: {folder}/report.md ({len(report['plots'])} plots, report.json)")
     return 0
 
 
@@ -253,39 +350,17 @@ def _eval(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from offrl.prefs.data import read_rows
-    from offrl.prefs.modeling import load_causal_lm, load_tokenizer
+    from offrl.prefs.evaluation import evaluate_file
 
     _threads(args.threads)
     _quiet_transformers()
-    rows, name = read_rows(args.data)
-    tokenizer = load_tokenizer(args.model)
-    policy = load_causal_lm(args.model)
-    reference = load_causal_lm(args.reference) if args.reference else None
-    table = Table(title=f"offrl prefs eval: {args.model} on {name}")
+    metrics = evaluate_file(args.model, args.data, reference=args.reference, beta=args.beta, samples=args.samples,
+                            max_new_tokens=args.max_new_tokens, max_length=args.max_length)
+    table = Table(title=f"offrl prefs eval: {args.model} on {args.data}")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    has_pairs = rows and "chosen" in rows[0]
-    if has_pairs:
-        from offrl.prefs.data import load_preferences, tokenize_preferences
-        from offrl.prefs.modeling import reference_logps
-        from offrl.prefs.train import implicit_reward_metrics
-
-        tok = tokenize_preferences(load_preferences(args.data), tokenizer, max_length=args.max_length)
-        ref = reference if reference is not None else policy
-        ref_logps = reference_logps(ref, tok, tokenizer.pad_token_id)
-        metrics = implicit_reward_metrics(policy, tok, ref_logps, args.beta, tokenizer.pad_token_id)
-        for k, v in metrics.items():
-            table.add_row(f"implicit {k}", f"{v:.4f}")
-    else:
-        from offrl.prefs.experiment import evaluate_policy
-        from offrl.prefs.task import read_prompts
-
-        prompts = read_prompts(args.data)
-        metrics = evaluate_policy(policy, reference if reference is not None else policy, tokenizer, prompts,
-                                  args.samples, args.max_new_tokens)
-        for k, v in metrics.items():
-            table.add_row(k, f"{v:.4f}")
+    for k, v in metrics.items():
+        table.add_row(k, f"{v:.4f}")
     Console().print(table)
     return 0
 
@@ -314,7 +389,8 @@ def _frontier(args) -> int:
     base = FrontierConfig()
     cfg = replace(base, methods=methods, betas=betas, seed=args.seed, label_prompts=args.label_prompts,
                   sft=replace(base.sft, steps=args.sft_steps),
-                  preference=replace(base.preference, steps=args.steps, lr=args.lr))
+                  preference=replace(base.preference, steps=args.steps, lr=args.lr),
+                  ppo=replace(base.ppo, steps=args.rl_steps), grpo=replace(base.grpo, steps=args.rl_steps))
     console = Console()
     result = run_frontier(args.out, cfg, progress=not args.no_progress, log=console.print, sft_model=args.model,
                           pairs=args.data, eval_prompts_path=args.prompts)

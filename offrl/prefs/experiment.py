@@ -1,9 +1,11 @@
-"""The end-to-end offline preference experiment on the digits task, and the reward-vs-KL frontier.
+"""The end-to-end preference experiment on the digits task, and the reward-vs-KL frontier.
 
     SFT on noisy demonstrations (BC) -> sample k responses per prompt from the SFT policy
     -> label pairs with the programmatic judge (best vs worst) -> DPO / IPO / KTO from those
-    pairs, a sweep over beta -> on held-out prompts: true reward of samples from pi and
-    KL(pi || pi_sft) estimated from the same samples.
+    pairs, a sweep over beta; online, from the same SFT policy: PPO and GRPO on the program's
+    reward with a sweep over the KL coefficient, iterative DPO with a sweep over beta
+    -> on held-out prompts: true reward of samples from pi and KL(pi || pi_sft) estimated from
+    the same samples.
 
 The frontier is the small-scale analogue of the IMDb figure of Rafailov et al. (2023, fig. 2):
 each method traces reward against KL as beta varies; smaller beta buys reward with drift.
@@ -19,19 +21,21 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
+from offrl.prefs.config import GRPOConfig, IterateConfig, PPOConfig, PreferenceConfig, SFTConfig
 from offrl.prefs.data import write_jsonl
+from offrl.prefs.evaluation import evaluate_policy
+from offrl.prefs.labelling import label_pairs
 from offrl.prefs.loop import write_json
-from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions, sequence_logps
+from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions
+from offrl.prefs.preference import train_preferences
+from offrl.prefs.sft import train_sft
 from offrl.prefs.task import TaskConfig, judge, make_task, read_prompts
-from offrl.prefs.train import PreferenceConfig, SFTConfig, train_preferences, train_sft
 
 DEFAULT_BETAS = {
     "dpo": (0.03, 0.1, 0.3, 1.0, 3.0),
@@ -39,7 +43,11 @@ DEFAULT_BETAS = {
     "kto": (0.03, 0.1, 0.3, 1.0, 3.0),
     "cdpo": (0.02, 0.05, 0.1, 0.3, 1.0),
     "rdpo": (0.02, 0.05, 0.1, 0.3, 1.0),
+    "ppo": (0.01, 0.05, 0.2),       # the KL coefficient
+    "grpo": (0.01, 0.05, 0.2),      # the KL coefficient
+    "iterate": (0.1, 0.3, 1.0),     # DPO's beta in every round
 }
+ONLINE_METHODS = ("ppo", "grpo", "iterate")
 
 
 @dataclass(frozen=True)
@@ -48,16 +56,20 @@ class FrontierConfig:
 
     methods / betas: the sweep (``betas`` maps method -> values; missing methods use DEFAULT_BETAS).
     sft: SFT options. preference: options shared by every DPO/IPO/KTO run (loss and beta are set
-    per run). label_prompts: training prompts sampled for pairs; samples_per_prompt: k.
+    per run). ppo / grpo / iterate: options of the online runs (kl_coef, or iterate's beta, set per run). label_prompts: training prompts sampled for pairs; samples_per_prompt: k.
     eval_samples: samples per held-out prompt for reward and KL. max_new_tokens: sample length.
     """
 
     task: TaskConfig = TaskConfig()
-    methods: tuple[str, ...] = ("dpo", "ipo", "kto")
+    methods: tuple[str, ...] = ("dpo", "ipo", "kto", "ppo", "grpo", "iterate")
     betas: dict[str, tuple[float, ...]] = field(default_factory=dict)
     sft: SFTConfig = SFTConfig(steps=600, batch_size=64, lr=3e-3, warmup_steps=30, log_every=100, max_length=32)
     preference: PreferenceConfig = PreferenceConfig(steps=150, batch_size=32, lr=5e-4, warmup_steps=10, log_every=50,
                                                     max_length=32, kl_prompts=0, eval_fraction=0.05)
+    ppo: PPOConfig = PPOConfig(steps=60, batch_size=32, lr=1e-3, max_new_tokens=10, log_every=10)
+    grpo: GRPOConfig = GRPOConfig(steps=60, batch_size=16, group_size=4, lr=2e-3, max_new_tokens=10, log_every=10)
+    iterate: IterateConfig = IterateConfig(rounds=3, prompts_per_round=500, steps=50, lr=5e-4, max_length=32,
+                                           max_new_tokens=10, eval_samples=0)
     label_prompts: int = 2000
     samples_per_prompt: int = 4
     eval_samples: int = 4
@@ -66,64 +78,6 @@ class FrontierConfig:
 
     def betas_for(self, method: str) -> tuple[float, ...]:
         return tuple(self.betas.get(method, DEFAULT_BETAS[method]))
-
-
-# --------------------------------------------------------------------------- labelling
-
-
-def label_pairs(prompts: Sequence[str], groups: Sequence[Sequence[str]], score: Callable[[str, str], float],
-                seed: int = 0) -> tuple[list[dict], dict[str, float]]:
-    """Pairs ``(prompt, best, worst)`` from k scored samples per prompt; prompts whose samples all
-    score the same give no pair. Returns the rows (with both scores) and counts."""
-    rng = random.Random(seed)
-    rows, ties, all_scores = [], 0, []
-    for prompt, samples in zip(prompts, groups):
-        scored = [(score(prompt, s), rng.random(), s) for s in samples]
-        all_scores += [s for s, _, _ in scored]
-        best, worst = max(scored), min(scored)
-        if best[0] == worst[0] or best[2] == worst[2]:
-            ties += 1
-            continue
-        rows.append({"prompt": prompt, "chosen": best[2], "rejected": worst[2],
-                     "score_chosen": best[0], "score_rejected": worst[0]})
-    return rows, {"prompts": len(prompts), "pairs": len(rows), "tied_prompts": ties,
-                  "mean_sample_score": statistics.fmean(all_scores) if all_scores else 0.0}
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-@torch.no_grad()
-def evaluate_policy(policy, reference, tokenizer, prompts: Sequence[str], num_samples: int = 4,
-                    max_new_tokens: int = 10, seed: int = 1234, score: Callable[[str, str], float] = judge,
-                    batch_size: int = 512) -> dict[str, float]:
-    """True reward and KL to the reference on held-out prompts.
-
-    reward: mean judge score of samples ``y ~ pi(.|x)`` (temperature 1); exact: share of exact
-    answers; greedy_reward: judge score of the greedy answer; kl: ``mean log pi(y|x) - log
-    pi_ref(y|x)`` over the same samples (a Monte-Carlo estimate of the sequence KL), kl_se its
-    standard error.
-    """
-    conversational = bool(prompts) and isinstance(prompts[0], list)
-    samples = sample_completions(policy, tokenizer, prompts, num_samples, max_new_tokens, 1.0, seed=seed,
-                                 conversational=conversational)
-    flat_prompts = [p for p in prompts for _ in range(num_samples)]
-    scores = [score(p, c) for p, c in zip(flat_prompts, samples.texts)]
-    diffs = []
-    for start in range(0, len(samples.texts), batch_size):
-        part = type(samples)(samples.prompt_ids[start:start + batch_size], samples.completion_ids[start:start + batch_size],
-                             samples.texts[start:start + batch_size], 1)
-        batch = part.batch(tokenizer.pad_token_id, next(policy.parameters()).device)
-        diffs.append(sequence_logps(policy, batch) - sequence_logps(reference, batch))
-    diff = torch.cat(diffs).double()
-    greedy = sample_completions(policy, tokenizer, prompts, 1, max_new_tokens, 0.0, conversational=conversational)
-    return {
-        "reward": statistics.fmean(scores),
-        "exact": statistics.fmean(float(s == 1.0) for s in scores),
-        "greedy_reward": statistics.fmean(score(p, c) for p, c in zip(prompts, greedy.texts)),
-        "kl": float(diff.mean()),
-        "kl_se": float(diff.std() / max(1.0, len(diff)) ** 0.5),
-    }
 
 
 # --------------------------------------------------------------------------- the experiment
@@ -194,16 +148,20 @@ def run_frontier(workdir: str, config: FrontierConfig = FrontierConfig(), progre
                 rows.append(json.load(open(done_file)))
                 continue
             t = time.perf_counter()
-            cfg = PreferenceConfig(**{**asdict(config.preference), "loss": method, "beta": beta,
-                                      "seed": config.seed})
-            avg = cfg.length_normalize if cfg.length_normalize is not None else method == "ipo"
-            cache = os.path.join(cache_dir, f"{'unpaired' if method == 'kto' else 'paired'}_avg{int(avg)}.safetensors")
-            result = train_preferences(sft_model_path, pairs_path, run_dir, cfg, progress=progress,
-                                       reference_cache=cache)
-            policy = load_causal_lm(result.model_path)
+            if method in ONLINE_METHODS:
+                model_path, accuracy = _online_run(method, beta, sft_model_path, paths["prompts_train"], run_dir,
+                                                   config, progress), None
+            else:
+                cfg = PreferenceConfig(**{**asdict(config.preference), "loss": method, "beta": beta,
+                                          "seed": config.seed})
+                avg = cfg.length_normalize if cfg.length_normalize is not None else method == "ipo"
+                cache = os.path.join(cache_dir, f"{'unpaired' if method == 'kto' else 'paired'}_avg{int(avg)}.safetensors")
+                result = train_preferences(sft_model_path, pairs_path, run_dir, cfg, progress=progress,
+                                           reference_cache=cache)
+                model_path, accuracy = result.model_path, result.summary.get("eval/accuracy")
+            policy = load_causal_lm(model_path)
             ev = evaluate_policy(policy, reference, tokenizer, eval_prompts, config.eval_samples, config.max_new_tokens)
-            row = {"method": method, "beta": beta, **ev,
-                   "eval_accuracy": result.summary.get("eval/accuracy"), "seconds": time.perf_counter() - t}
+            row = {"method": method, "beta": beta, **ev, "eval_accuracy": accuracy, "seconds": time.perf_counter() - t}
             write_json(done_file, row)
             rows.append(row)
             log(f"  {method} beta={beta:g}: reward {ev['reward']:.3f}  KL {ev['kl']:.2f}  ({row['seconds']:.0f} s)")
@@ -216,6 +174,27 @@ def run_frontier(workdir: str, config: FrontierConfig = FrontierConfig(), progre
               "threads": torch.get_num_threads(), "config": _jsonable(config)}
     write_json(os.path.join(workdir, "results.json"), result)
     return result
+
+
+def _online_run(method: str, coef: float, sft_model: str, prompts: str, run_dir: str, config: FrontierConfig,
+                progress: bool) -> str:
+    """Train one online run from the SFT model; returns the final model folder."""
+    from dataclasses import replace
+
+    if method == "ppo":
+        from offrl.prefs.ppo import train_ppo
+
+        return train_ppo(sft_model, prompts, run_dir, replace(config.ppo, kl_coef=coef, seed=config.seed),
+                         progress=progress).model_path
+    if method == "grpo":
+        from offrl.prefs.grpo import train_grpo
+
+        return train_grpo(sft_model, prompts, run_dir, replace(config.grpo, kl_coef=coef, seed=config.seed),
+                          progress=progress).model_path
+    from offrl.prefs.iterate import run_iterate
+
+    return run_iterate(sft_model, prompts, run_dir, replace(config.iterate, beta=coef, seed=config.seed),
+                       progress=progress, log=lambda s: None)["final_model"]
 
 
 def _jsonable(obj):
@@ -233,7 +212,7 @@ def plot_frontier(rows: list[dict[str, Any]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    markers = {"dpo": "o", "ipo": "s", "kto": "^", "cdpo": "D", "rdpo": "v"}
+    markers = {"dpo": "o", "ipo": "s", "kto": "^", "cdpo": "D", "rdpo": "v", "ppo": "P", "grpo": "X", "iterate": "*"}
     for method in dict.fromkeys(r["method"] for r in rows if r["method"] != "sft"):
         pts = sorted((r for r in rows if r["method"] == method), key=lambda r: r["kl"])
         ax.errorbar([r["kl"] for r in pts], [r["reward"] for r in pts], xerr=[r["kl_se"] for r in pts],
@@ -245,7 +224,7 @@ def plot_frontier(rows: list[dict[str, Any]], path: str) -> None:
             ax.scatter([r["kl"]], [r["reward"]], marker="*", s=160, color="black", zorder=5, label="SFT (reference)")
     ax.set_xlabel("KL(pi || pi_SFT)  [nats per sequence, sampled]")
     ax.set_ylabel("true reward (judge score of samples)")
-    ax.set_title("Reward vs KL frontier on the digits task (labels: beta)")
+    ax.set_title("Reward vs KL frontier on the digits task (labels: beta / KL coef.)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -11,48 +11,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import torch
 
 from offrl.errors import ConfigError, DivergenceError
+from offrl.prefs.config import TrainConfig
 from offrl.prefs.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from offrl.prefs.modeling import cosine_warmup, length_bucketed_batches
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Options shared by every trainer.
-
-    steps: optimizer steps. batch_size: examples (pairs for DPO) per step over all devices.
-    lr: peak AdamW learning rate (linear warmup for ``warmup_steps``, cosine decay to 10%).
-    max_length: prompt + completion tokens; longer completions are truncated and counted.
-    max_prompt_length: prompts with this many tokens or more are bad rows (default max_length).
-    bad_rows: "drop" (report and drop) or "raise" (refuse the data).
-    eval_fraction: share of prompts held out for evaluation.
-    log_every: steps between metric lines (and held-out evaluations).
-    save_every: steps between checkpoints (0: only the final model).
-    mixed_precision: "auto" (bf16 on a GPU that supports it, else fp32), "no", "bf16", "fp16".
-    """
-
-    steps: int = 200
-    batch_size: int = 32
-    lr: float = 5e-6
-    weight_decay: float = 0.0
-    warmup_steps: int = 10
-    grad_clip: float = 1.0
-    max_length: int = 512
-    max_prompt_length: int | None = None
-    bad_rows: str = "drop"
-    eval_fraction: float = 0.1
-    log_every: int = 20
-    save_every: int = 0
-    seed: int = 0
-    mixed_precision: str = "auto"
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def make_accelerator(mixed_precision: str = "auto"):
@@ -106,13 +72,7 @@ def run_loop(
         start_step = int(state["step"])
     model, optimizer = accelerator.prepare(model, optimizer)
     metrics_path = os.path.join(out, "metrics.jsonl")
-    history: list[dict[str, float]] = []
-    if ckpt is not None and os.path.exists(metrics_path):
-        with open(metrics_path) as fh:
-            history = [json.loads(line) for line in fh if json.loads(line).get("step", 0) <= start_step]
-    with open(metrics_path, "w") as fh:
-        for row in history:
-            fh.write(json.dumps(row) + "\n")
+    history = truncate_metrics(metrics_path, start_step if ckpt is not None else 0)
 
     world = accelerator.num_processes
     per_device = max(1, config.batch_size // world)
@@ -203,6 +163,19 @@ def run_loop(
             tokenizer.save_pretrained(os.path.join(out, "model"))
         if config.save_every:
             save_checkpoint(ckpt_dir, final, tokenizer, optimizer, config.steps)
+    return history
+
+
+def truncate_metrics(metrics_path: str, step: int) -> list[dict[str, float]]:
+    """Keep the rows of ``metrics.jsonl`` logged at or before ``step`` (the checkpoint a run resumes
+    from; 0 starts afresh), rewrite the file with them and return them."""
+    history: list[dict[str, float]] = []
+    if step > 0 and os.path.exists(metrics_path):
+        with open(metrics_path) as fh:
+            history = [row for row in map(json.loads, fh) if row.get("step", 0) <= step]
+    with open(metrics_path, "w") as fh:
+        for row in history:
+            fh.write(json.dumps(row) + "\n")
     return history
 
 

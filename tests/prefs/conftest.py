@@ -48,3 +48,20 @@ def tiny_sft(tiny_task, tmp_path_factory):
     result = train_sft(tiny_task["model"], tiny_task["demos"], str(out), cfg, progress=False)
     assert result.metrics[-1]["loss"] < result.metrics[0]["loss"]  # BC learns
     return result.model_path
+
+
+@pytest.fixture(scope="session")
+def rl_task(tmp_path_factory):
+    """A policy good enough for online RL to improve on (~15 s): the digits task with 2000 prompts,
+    hidden 32, SFT for 300 steps (true reward of samples ~0.27)."""
+    from offrl.prefs.sft import train_sft
+    from offrl.prefs.config import SFTConfig
+    from offrl.prefs.task import TaskConfig, make_task
+
+    root = tmp_path_factory.mktemp("rl")
+    cfg = TaskConfig(train_prompts=2000, eval_prompts=100, hidden_size=32, intermediate_size=64, layers=2, heads=2)
+    paths = make_task(str(root / "task"), cfg)
+    sft = SFTConfig(steps=300, batch_size=64, lr=5e-3, warmup_steps=20, log_every=100, max_length=24,
+                    eval_fraction=0.05)
+    paths["sft"] = train_sft(paths["model"], paths["demos"], str(root / "sft"), sft, progress=False).model_path
+    return paths

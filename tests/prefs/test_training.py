@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from offrl.prefs.checkpoint import optimizer_state_from_flat, optimizer_state_to_flat  # noqa: E402
-from offrl.prefs.train import (  # noqa: E402
+from offrl.prefs import (  # noqa: E402
     PreferenceConfig,
     RewardModelConfig,
     SFTConfig,
@@ -54,11 +54,45 @@ def test_reward_model_ensemble_beats_chance(tiny_task, tiny_sft, tmp_path):
     assert last["eval/accuracy"] > 0.6, last
     assert last["eval/margin"] > 0
     assert last["eval/uncertainty"] > 0  # the bootstrapped heads disagree
-    assert -1.0 <= last["eval/length_correlation"] <= 1.0
+
+
+class _LengthRewardModel(torch.nn.Module):
+    """A stand-in reward model whose reward is ``sign * (number of non-pad tokens)``."""
+
+    def __init__(self, sign: float):
+        super().__init__()
+        self.sign = sign
+
+    def forward(self, input_ids, attention_mask, use_cache=False):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self.sign * attention_mask.sum(-1, keepdim=True).float())
+
+
+def test_reward_model_metrics_length_correlation_and_accuracy():
+    from offrl.prefs.data import load_preferences, tokenize_preferences
+    from offrl.prefs.reward_model import pearson, reward_model_metrics
+    from offrl.prefs.task import build_tokenizer
+
+    # hand-computed: a = (1, 2, 3), b = (2, 4, 7): a - 2 = (-1, 0, 1), b - 13/3 = (-7/3, -1/3, 8/3)
+    # sum = 7/3 + 8/3 = 5; |a| = sqrt 2; |b| = sqrt(114/9); r = 5 / (sqrt 2 * sqrt(114) / 3)
+    r = pearson(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 4.0, 7.0]))
+    assert r == pytest.approx(15 / (2 ** 0.5 * 114 ** 0.5), abs=1e-12)
+    assert pearson(torch.ones(3), torch.tensor([1.0, 2.0, 3.0])) == 0.0
+    tokenizer = build_tokenizer()
+    rows = [{"prompt": "sort:21=", "chosen": "1" * (k + 2), "rejected": "2" * (k + 1)} for k in range(6)]
+    tok = tokenize_preferences(load_preferences(rows), tokenizer, max_length=24)
+    longer = reward_model_metrics(_LengthRewardModel(1.0), tok, tokenizer.pad_token_id)
+    # chosen is always the longer completion: a pure length reward ranks every pair right, margin 1 token
+    assert longer["accuracy"] == 1.0 and longer["margin"] == pytest.approx(1.0)
+    # the prompt is the same for all rows, so reward = prompt length + completion length: correlation exactly 1
+    assert longer["length_correlation"] == pytest.approx(1.0, abs=1e-9)
+    shorter = reward_model_metrics(_LengthRewardModel(-1.0), tok, tokenizer.pad_token_id)
+    assert shorter["accuracy"] == 0.0 and shorter["length_correlation"] == pytest.approx(-1.0, abs=1e-9)
 
 
 def test_reward_model_ensemble_of_models(tiny_task, tiny_sft, tmp_path):
-    from offrl.prefs.train import score_with_reward_model
+    from offrl.prefs.reward_model import score_with_reward_model
 
     cfg = RewardModelConfig(models=2, steps=10, batch_size=16, lr=2e-3, warmup_steps=2, log_every=10, max_length=24,
                             eval_fraction=0.2)

@@ -1,0 +1,132 @@
+"""The one rollout of the online trainers (PPO, GRPO, RLOO, iterative DPO): batched sampling with
+the KV cache (``model.generate``), then per-token log-probs of the sampled responses under any model.
+
+Rows are ``prompt_i`` repeated ``group_size`` times (rows ``i*G ... i*G+G-1``). Prompts are
+left-padded, responses right-padded after their first EOS (kept, so that the policy learns to
+stop); ``response_mask`` marks real response tokens. Log-probs are recomputed with one forward
+pass over the finished sequences with the same position ids ``generate`` used, so that
+``log pi_old`` is exact for the sampled tokens.
+
+Example::
+
+    rollout = generate_rollout(policy, tokenizer, prompts, group_size=4, max_new_tokens=16, seed=step)
+    logps, entropy, _ = response_logps(policy, rollout)       # (B, T) each
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from offrl.errors import ConfigError
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class Rollout:
+    """Sampled responses as tensors: ``input_ids`` / ``attention_mask`` ``(B, P + T)``,
+    ``response_mask`` ``(B, T)``, ``prompt_width`` ``P``; and as text."""
+
+    prompts: list[str]
+    texts: list[str]
+    input_ids: Tensor
+    attention_mask: Tensor
+    response_mask: Tensor
+    prompt_width: int
+    group_size: int = 1
+
+    @property
+    def responses(self) -> Tensor:
+        return self.input_ids[:, self.prompt_width:]
+
+    def rows(self, index: Tensor) -> "Rollout":
+        """The rollout restricted to the given rows (a minibatch)."""
+        idx = index.tolist()
+        return Rollout([self.prompts[i] for i in idx], [self.texts[i] for i in idx], self.input_ids[index],
+                       self.attention_mask[index], self.response_mask[index], self.prompt_width, 1)
+
+
+def context_size(model) -> int | None:
+    """The number of positions the model supports (``max_position_embeddings``), if it says."""
+    return getattr(getattr(model, "config", None), "max_position_embeddings", None)
+
+
+def check_prompt_lengths(tokenizer, prompts: Sequence[str], max_new_tokens: int, context: int | None,
+                         source: str = "prompts") -> None:
+    """Refuse a prompt whose tokens plus ``max_new_tokens`` exceed the model's context."""
+    if context is None:
+        return
+    for i, p in enumerate(prompts):
+        n = len(tokenizer(p)["input_ids"])
+        if n + max_new_tokens > context:
+            raise ConfigError(f"{source} row {i} has {n} tokens, and with --max-new-tokens {max_new_tokens} that "
+                              f"exceeds the model's context of {context} positions; shorten the prompt or lower "
+                              "--max-new-tokens.")
+
+
+@torch.no_grad()
+def generate_rollout(policy, tokenizer, prompts: Sequence[str], group_size: int = 1, max_new_tokens: int = 16,
+                     temperature: float = 1.0, seed: int = 0) -> Rollout:
+    """``group_size`` samples per prompt from ``policy`` at ``temperature`` (no top-k / top-p:
+    draws from pi itself), one batched ``generate`` call with the KV cache. The global torch RNG
+    is left as it was; ``seed`` alone fixes the samples."""
+    device = next(policy.parameters()).device
+    was_training = policy.training
+    policy.eval()
+    rng_state = torch.get_rng_state()
+    cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    torch.manual_seed(seed)
+    flat = [p for p in prompts for _ in range(group_size)]
+    old_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    try:
+        enc = tokenizer(flat, return_tensors="pt", padding=True).to(device)
+        out = policy.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], do_sample=True,
+                              temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
+                              pad_token_id=pad, eos_token_id=eos)
+    finally:
+        tokenizer.padding_side = old_side
+        torch.set_rng_state(rng_state)
+        if cuda_state is not None:
+            torch.cuda.set_rng_state_all(cuda_state)
+        if was_training:
+            policy.train()
+    width = enc["input_ids"].shape[1]
+    responses = out[:, width:]
+    is_eos = responses == eos
+    # 1 up to and including the first EOS
+    after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
+    response_mask = (~after_eos).long()
+    responses = responses.masked_fill(after_eos, pad)
+    input_ids = torch.cat([enc["input_ids"], responses], dim=1)
+    attention_mask = torch.cat([enc["attention_mask"], response_mask], dim=1)
+    texts = tokenizer.batch_decode([r[m.bool()].tolist() for r, m in zip(responses.cpu(), response_mask.cpu())],
+                                   skip_special_tokens=True)
+    return Rollout(flat, texts, input_ids, attention_mask, response_mask, width, group_size)
+
+
+def response_logps(model, rollout: Rollout, temperature: float = 1.0, entropy: bool = False,
+                   hidden: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """Per-token ``log pi(y_t | x, y_<t)`` of the rollout's responses under ``model`` (``(B, T)``, 0
+    outside the mask), optionally the per-token entropy of pi and the last hidden state *before*
+    each response token (``(B, T, H)``, what a value head reads)."""
+    from offrl.prefs.rl_losses import entropy_from_logits
+
+    P = rollout.prompt_width
+    T = rollout.response_mask.shape[1]
+    position_ids = (rollout.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=rollout.input_ids, attention_mask=rollout.attention_mask, position_ids=position_ids,
+                use_cache=False, logits_to_keep=T + 1, output_hidden_states=hidden)
+    logits = out.logits[:, :-1].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = logits.log_softmax(-1)
+    mask = rollout.response_mask
+    logps = torch.gather(logp_all, 2, rollout.responses.unsqueeze(-1)).squeeze(-1) * mask
+    ent = entropy_from_logits(logits) * mask if entropy else None
+    states = out.hidden_states[-1][:, P - 1:P + T - 1] if hidden else None
+    return logps, ent, states

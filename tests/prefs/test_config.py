@@ -1,0 +1,66 @@
+"""The `offrl prefs` flags are generated from the config dataclasses: same defaults, every field
+documented, bad values refused in one sentence with exit code 2."""
+
+import dataclasses
+
+import pytest
+
+from offrl.prefs import config as C
+
+
+def _subparser(command):
+    from offrl.cli import build_parser
+
+    parser = build_parser()
+    prefs = parser._subparsers._group_actions[0].choices["prefs"]
+    return prefs._subparsers._group_actions[0].choices[command]
+
+
+@pytest.mark.parametrize("command", ["sft", "rm", "dpo", "ipo", "kto"])
+def test_flags_carry_the_dataclass_defaults(command):
+    from offrl.commands.prefs import TRAINERS
+
+    cls_name, skip = TRAINERS[command]
+    cls = getattr(C, cls_name)
+    parser = _subparser(command)
+    args = parser.parse_args(["--model", "m", "--data", "d", "--out", "o"])
+    defaults = cls()
+    flags = {k[len("cfg__"):] for k in vars(args) if k.startswith("cfg__")}
+    assert flags == {f.name for f in dataclasses.fields(cls)} - set(skip)
+    for name in flags:
+        assert getattr(args, f"cfg__{name}") == getattr(defaults, name), name
+    built = C.config_from_args(cls, args)
+    assert dataclasses.replace(built) == built
+
+
+def test_every_config_field_is_documented():
+    for cls in (C.SFTConfig, C.RewardModelConfig, C.PreferenceConfig):
+        docs = C.field_docs(cls)
+        missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
+        assert not missing, (cls.__name__, missing)
+    assert "bootstrap" in C.field_docs(C.RewardModelConfig)["heads"]  # continuation lines are joined
+
+
+def test_bad_values_raise_one_sentence():
+    from offrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--beta -1.0 is invalid: it must be > 0 \(default 0.1\)"):
+        C.PreferenceConfig(beta=-1.0)
+    with pytest.raises(ConfigError, match="--eval-fraction 1.0 is invalid: it must be >= 0 and < 1"):
+        C.SFTConfig(eval_fraction=1.0)
+    with pytest.raises(ConfigError, match="--loss nope is invalid: it must be one of dpo, ipo"):
+        C.PreferenceConfig(loss="nope")
+    C.PreferenceConfig(loss="rdpo", label_smoothing=0.2)  # in range
+
+
+def test_cli_bad_flag_value_exits_2_with_one_line(tmp_path, capsys):
+    from offrl.cli import main
+
+    code = main(["prefs", "dpo", "--model", str(tmp_path), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
+                 "--beta", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--beta 0.0 is invalid: it must be > 0" in err[0]
+    assert not (tmp_path / "o").exists()
+    code = main(["prefs", "dpo", "--model", str(tmp_path), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
+                 "--robust"])
+    assert code == 2 and "--robust needs --label-smoothing" in capsys.readouterr().err
