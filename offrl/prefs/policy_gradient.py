@@ -29,7 +29,8 @@ from offrl.errors import DivergenceError
 from offrl.prefs import rl_losses as R
 from offrl.prefs.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from offrl.prefs.config import PolicyGradientConfig
-from offrl.prefs.loop import _finite, truncate_metrics, write_json
+from offrl.prefs.loop import write_json
+from offrl.run_folder import first_non_finite, truncate_metrics
 from offrl.prefs.modeling import cosine_warmup
 from offrl.prefs.rewards import Scores, true_reward
 from offrl.prefs.rollout import Rollout, generate_rollout, response_logps
@@ -217,8 +218,9 @@ def run_policy_gradient(
             done = step + 1
             if done % config.log_every == 0 or done == config.steps:
                 logged = {k: sum(r[k] for r in running) / len(running) for k in running[0]}
-                if not all(map(_finite, logged.values())):
-                    raise DivergenceError(f"iteration {done}: a loss/metric became NaN or inf ({logged}); "
+                bad = first_non_finite(logged)
+                if bad is not None:
+                    raise DivergenceError(f"iteration {done}: '{bad[0]}' became {bad[2]} ({logged}); "
                                           "lower --lr or raise --kl-coef.")
                 logged.update(step=done, lr=lr, samples_per_s=samples / max(time.perf_counter() - t0, 1e-9))
                 history.append(logged)
