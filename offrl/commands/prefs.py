@@ -119,7 +119,7 @@ def register(subparsers) -> None:
                    help="betas for one method, e.g. --betas dpo=0.05,0.1 (repeatable)")
     p.add_argument("--sft-steps", type=int, default=600)
     p.add_argument("--steps", type=int, default=150, help="optimizer steps per preference run")
-    p.add_argument("--rl-steps", type=int, default=60, help="iterations per PPO / GRPO run")
+    p.add_argument("--rl-steps", type=int, default=100, help="iterations per PPO / GRPO run")
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--label-prompts", type=int, default=2000)
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
