@@ -141,6 +141,9 @@ def evaluate(run: Run | str | Path, episodes: int = 10, env: str | None = None, 
     over seeds; the per-seed dicts carry ``eval/return``, ``eval/normalized_score``,
     ``eval/q_estimate``, ``eval/discounted_return`` and ``eval/q_ratio``.
     """
+    from offrl.envs import check_env_id
+
+    check_env_id(env)
     if not isinstance(run, Run):
         run = load_run(run)
     env_id = env or run.info.env_id
