@@ -103,10 +103,12 @@ def _learner_fns(sac_config, config: TrainBehaviorConfig, action_low, action_hig
 
     low, high = jnp.asarray(action_low, jnp.float32), jnp.asarray(action_high, jnp.float32)
 
+    actor_apply = sac.make_actor(sac_config, len(action_low)).apply
+
     @jax.jit
-    def act(actor, step, obs):
+    def act(actor_params, step, obs):
         """One packed row ``[a_norm, a_env, log_prob_norm, mean_u, std_u]`` (one device->host copy)."""
-        a, log_probs, mean, std = sac.sample_from_actor(actor.apply_fn, actor.params, obs, jax.random.fold_in(act_key, step))
+        a, log_probs, mean, std = sac.sample_from_actor(actor_apply, actor_params, obs, jax.random.fold_in(act_key, step))
         env_a = low + (a[0] + 1.0) * (high - low) / 2.0
         return jnp.concatenate([a[0], env_a, log_probs, mean[0], std[0]])
 
@@ -224,7 +226,7 @@ def train_behavior(env_id: str, out, config: TrainBehaviorConfig = TrainBehavior
         bar.update(task, info=f"step 0 return {index['snapshots'][-1]['return_mean']:.1f}")
         rollout = OnlineRollout(env, seed=config.seed)
         for t in range(n):
-            packed = np.asarray(act(agent.actor, t, rollout.obs))
+            packed = np.asarray(act(agent.actor.params, t, rollout.obs))
             transition = rollout.step(packed[None, d:2 * d])
             buf_obs[t], buf_next[t] = transition["observations"][0], transition["next_observations"][0]
             buf_act_norm[t], buf_act_env[t] = packed[:d], transition["actions"][0]
