@@ -65,6 +65,18 @@ def test_checkpoints_are_kept_and_load_by_step(kept_run, pendulum_file, tmp_path
     assert [p.name for p in load_policies([f"{kept_run}@200"])] == ["bc@200"]
 
 
+def test_a_resumed_run_keeps_checkpoints_as_it_was_started(pendulum_file, tmp_path):
+    from offrl.checkpoint import checkpoint_steps
+    from offrl.engine import train
+
+    out, tiny = tmp_path / "resumed", {"hidden_dims": "32,32", "batch_size": "32"}
+    common = dict(steps=300, eval_every=100, eval_episodes=0, log_every=100, out=out, progress=False, config_overrides=tiny)
+    train("bc", pendulum_file, stop_at=200, keep_checkpoints=True, **common)
+    assert checkpoint_steps(out / "checkpoints") == [100, 200]
+    train("bc", pendulum_file, resume=True, **common)          # no flag: the run's own setting holds
+    assert checkpoint_steps(out / "checkpoints") == [100, 200, 300]
+
+
 def test_select_ranks_every_kept_checkpoint(kept_run, pendulum_file, tmp_path, capsys):
     out = tmp_path / "sel"
     assert main(["select", str(kept_run), "--dataset", pendulum_file, "--by", "wis", "--out", str(out), *FAST]) == 0
