@@ -40,6 +40,7 @@ _EXPORTS = {
     "evaluate_policies": ("offrl.ope.evaluate", "evaluate_policies"),
     "OPEConfig": ("offrl.ope.evaluate", "OPEConfig"),
     "load_target_policy": ("offrl.ope.policies", "load_policy"),
+    "select_checkpoint": ("offrl.ope.select", "select_checkpoint"),
     # language-model preference optimisation (needs the `llm` extra: torch + transformers)
     "load_preferences": "offrl.prefs",
     "train_sft": "offrl.prefs",

@@ -38,7 +38,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def save_checkpoint(folder: str | Path, state: Any, step: int, meta: dict | None = None, keep: int = 1) -> Path:
     """Write ``state`` (any pytree of arrays) as ``step_<step>.msgpack`` and point ``latest.json`` at it.
 
-    Older checkpoints beyond the ``keep`` most recent are removed.
+    Older checkpoints beyond the ``keep`` most recent are removed (``keep=0``: none are).
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -65,6 +65,27 @@ def latest_checkpoint(folder: str | Path) -> dict | None:
         raise OffrlError(f"{path} is not valid JSON; delete it to start the run afresh.") from None
     info["path"] = str(folder / info["file"])
     return info
+
+
+def checkpoint_steps(folder: str | Path) -> list[int]:
+    """The steps of the ``step_<step>.msgpack`` files kept in ``folder``, ascending."""
+    steps = []
+    for path in Path(folder).glob("step_*.msgpack"):
+        tail = path.stem.split("_", 1)[1]
+        if tail.isdigit():
+            steps.append(int(tail))
+    return sorted(steps)
+
+
+def checkpoint_at(folder: str | Path, step: int) -> Path:
+    """The checkpoint file of step ``step`` in ``folder``; a one-line error lists the kept steps."""
+    path = Path(folder) / f"step_{int(step)}.msgpack"
+    if not path.exists():
+        kept = checkpoint_steps(folder)
+        listing = ", ".join(map(str, kept)) if kept else "none"
+        raise OffrlError(f"{folder} has no checkpoint at step {step}; the kept steps are: {listing} "
+                         "(train with --keep-checkpoints to keep every evaluation step).")
+    return path
 
 
 def load_checkpoint(path: str | Path, target: Any) -> Any:

@@ -10,6 +10,8 @@ def register(subparsers) -> None:
     p.add_argument("--episodes", type=int, default=10, help="episodes per seed (default 10)")
     p.add_argument("--env", default=None, help="Gymnasium id (default: the run's)")
     p.add_argument("--eval-seed", type=int, default=20_000, help="seed of the first episode's reset (default 20000)")
+    p.add_argument("--step", type=int, default=None, help="evaluate this kept checkpoint step (default: the latest)")
+    p.add_argument("--selected", action="store_true", help="evaluate the checkpoint chosen by `offrl train --select-by` (RUN/selected.json)")
     p.set_defaults(func=run)
 
 
@@ -19,12 +21,16 @@ def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from offrl.engine import evaluate
+    from offrl.commands.export import chosen_step
+    from offrl.engine import evaluate, load_run
     from offrl.envs import check_env_id
 
     check_env_id(args.env)
-    result = evaluate(args.run, episodes=args.episodes, env=args.env, eval_seed=args.eval_seed)
-    table = Table(title=f"{args.run}: {result['episodes']} episodes per seed in {result['env']}")
+    step = chosen_step(args)
+    run_ = load_run(args.run, step=step) if step is not None else args.run
+    result = evaluate(run_, episodes=args.episodes, env=args.env, eval_seed=args.eval_seed)
+    where = args.run if step is None else f"{args.run} at step {step}"
+    table = Table(title=f"{where}: {result['episodes']} episodes per seed in {result['env']}")
     for title in ("seed", "return", "normalized score", "Q(s0, pi(s0))", "realised disc. return"):
         table.add_column(title, justify="right")
     fmt = lambda v: "-" if not math.isfinite(v) else f"{v:.2f}"  # noqa: E731

@@ -27,13 +27,13 @@ def _common(p) -> None:
 def register(subparsers) -> None:
     p = subparsers.add_parser("ope", help="estimate policies' values from a dataset (off-policy evaluation)",
                               description="Estimate each policy's value on the logged dataset with importance sampling, doubly robust and FQE estimators, with confidence intervals and effective sample sizes.")
-    p.add_argument("policies", nargs="*", help="run folders (`offrl train --out`) or exported policies (`offrl export`)")
+    p.add_argument("policies", nargs="*", help="run folders (`offrl train --out`; one candidate per kept checkpoint), RUN@STEP, or exported policies (`offrl export`)")
     p.add_argument("--estimators", default=None, help="comma list from fqe,dr,wdr,is,pdis,wis,wpdis,clipped_is (default: all)")
     _common(p)
     p.set_defaults(func=run_ope)
     s = subparsers.add_parser("select", help="pick the best of several runs without the environment",
-                              description="Rank candidate runs (each run's latest checkpoint) or exported policies by an off-policy estimate and pick the best.")
-    s.add_argument("policies", nargs="*", help="candidate run folders or exported policies")
+                              description="Rank candidates by an off-policy estimate and pick the best: every kept checkpoint of each run (RUN@STEP; `offrl train --keep-checkpoints`), or a run's latest, or exported policies.")
+    s.add_argument("policies", nargs="*", help="candidate run folders (one candidate per kept checkpoint), RUN@STEP, or exported policies")
     s.add_argument("--by", default="fqe", choices=["fqe", "dr", "wdr", "wis", "wpdis", "pdis", "is", "clipped_is"], help="estimator that ranks the candidates (default fqe)")
     _common(s)
     s.set_defaults(func=run_select)
@@ -80,14 +80,14 @@ def _evaluate(args, estimators, command):
     from offrl.data import load
     from offrl.errors import OffrlError
     from offrl.ope.evaluate import evaluate_policies
-    from offrl.ope.policies import load_policy
+    from offrl.ope.policies import load_policies
 
     if not args.policies:
         raise OffrlError(f"`offrl {command}` got no candidate policies; pass one or more run folders or export folders.")
     config = _config(args, estimators)
     files = ["ope.json", "ope.csv", "ope.png"] + (["check.png"] if args.check else [])
     paths = _outputs(args, files)
-    policies = [load_policy(path, std=args.target_std, seed=args.seed) for path in args.policies]
+    policies = load_policies(args.policies, std=args.target_std, seed=args.seed)
     dataset = load(args.dataset)
     from rich.console import Console
 

@@ -71,6 +71,8 @@ def register(subparsers) -> None:
     p.add_argument("--tensorboard", action="store_true", help="also log to TensorBoard (needs tensorboardX)")
     p.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (needs wandb)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint of every evaluation step (default: the latest only); `offrl select RUN` then ranks them all")
+    p.add_argument("--select-by", default=None, metavar="ESTIMATOR", help="after training, pick the checkpoint with the best off-policy estimate (fqe, dr, wis, ...) on the run's dataset and write RUN/selected.json; implies --keep-checkpoints")
     for name in config_field_names():  # --config.FIELD VALUE, hidden from --help (same as --set)
         p.add_argument(f"--config.{name}", dest=f"config__{name}", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.set_defaults(func=run)
@@ -85,6 +87,12 @@ def run(args) -> int:
     if not args.dataset and not args.resume:
         raise ConfigError("offrl train needs --dataset NAME|PATH (or --resume with --out).")
     check_env_id(args.env)
+    select_by = getattr(args, "select_by", None)
+    if select_by is not None:
+        from offrl.ope.evaluate import OPE_ESTIMATORS
+
+        if select_by not in OPE_ESTIMATORS:
+            raise ConfigError(f"--select-by {select_by!r} is not an estimator; choose one of {', '.join(OPE_ESTIMATORS)} (e.g. fqe).")
     overrides = parse_set(args.set)
     overrides.update({k[len("config__"):]: v for k, v in vars(args).items() if k.startswith("config__")})
     dataset = args.dataset
@@ -99,9 +107,23 @@ def run(args) -> int:
     run_ = train(algo=args.algo, dataset=dataset, steps=args.steps, seeds=args.seeds, seed=args.seed,
                  eval_every=args.eval_every, eval_episodes=args.eval_episodes, out=out, config_overrides=overrides,
                  env=args.env, resume=args.resume, log_every=args.log_every, tensorboard=args.tensorboard,
-                 wandb=args.wandb, progress=not args.no_progress)
+                 wandb=args.wandb, progress=not args.no_progress,
+                 keep_checkpoints=args.keep_checkpoints or select_by is not None)
     print_run_table(run_)
+    if select_by is not None:
+        print_selection(run_, select_by)
     return 0
+
+
+def print_selection(run_, by: str) -> None:
+    """Rank the run's kept checkpoints by ``by`` on its own dataset; write and report selected.json."""
+    from offrl.ope.evaluate import OPEConfig
+    from offrl.ope.select import SELECTED, select_checkpoint
+
+    record = select_checkpoint(run_.path, by, config=OPEConfig(discount=getattr(run_.config, "discount", 0.99)))
+    print(f"selected: step {record['step']} of {len(record['candidates'])} checkpoints by {by} = {record['estimate']:.2f} "
+          f"(CI [{record['ci_low']:.2f}, {record['ci_high']:.2f}]{', estimated behaviour' if record['estimated_behavior'] else ''})"
+          f" -> {run_.path / SELECTED}")
 
 
 def print_run_table(run_) -> None:

@@ -105,14 +105,15 @@ def reference_metadata(settings: dict) -> dict:
     return {} if not ref else {"ref_min_score": ref[0], "ref_max_score": ref[1]}
 
 
-def load_run(path: str | Path, with_agent: bool = True) -> Run:
-    """A finished or interrupted run from its folder, with the agent at its latest checkpoint
+def load_run(path: str | Path, with_agent: bool = True, step: int | None = None) -> Run:
+    """A finished or interrupted run from its folder, with the agent at its latest checkpoint,
+    or at checkpoint ``step`` (kept by ``train(..., keep_checkpoints=True)``)
     (``with_agent=False``: metrics and config only, no checkpoint restored)."""
     import jax
 
     from offrl.algos import get_algorithm
     from offrl.algos.common import config_from_dict
-    from offrl.checkpoint import latest_checkpoint, load_checkpoint
+    from offrl.checkpoint import checkpoint_at, latest_checkpoint, load_checkpoint
 
     folder = Path(path)
     if not (folder / "config.json").exists():
@@ -129,7 +130,8 @@ def load_run(path: str | Path, with_agent: bool = True) -> Run:
     latest = latest_checkpoint(folder / "checkpoints")
     if latest is None:
         raise OffrlError(f"{folder} has no checkpoint yet (checkpoints/latest.json is missing); train it longer or --resume it.")
-    state = load_checkpoint(latest["path"], {"agent": agents, "data_keys": data_keys})
+    chosen = latest["path"] if step is None else checkpoint_at(folder / "checkpoints", step)
+    state = load_checkpoint(chosen, {"agent": agents, "data_keys": data_keys})
     agents = jax.tree_util.tree_map(jax.numpy.asarray, state["agent"])
     return Run(folder, record["algo"], config, settings, info, agents, metrics)
 

@@ -58,6 +58,7 @@ def train(
     wandb: bool = False,
     progress: bool = True,
     stop_at: int | None = None,
+    keep_checkpoints: bool = False,
 ) -> Run:
     """Train ``algo`` on ``dataset`` for ``steps`` updates with ``seeds`` vmapped seeds.
 
@@ -66,7 +67,8 @@ def train(
     without one, no evaluation runs. ``out`` is the run folder (``config.json``,
     ``metrics.jsonl``, ``metrics.csv``, ``checkpoints/``, ``plots/``); ``resume=True``
     continues from ``out``'s latest checkpoint. ``stop_at`` ends the run early at that step
-    (after checkpointing), as a killed run would; used to test resumption.
+    (after checkpointing), as a killed run would; used to test resumption. ``keep_checkpoints``
+    keeps every evaluation step's checkpoint (``load_run(out, step=...)``) instead of the latest only.
 
     Example::
 
@@ -106,7 +108,8 @@ def train(
     settings = dict(dataset=_describe_dataset(ds, dataset), env=env_id, steps=int(steps), seeds=int(seeds),
                               seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
                               log_every=int(log_every), transitions=len(ds),
-                              references=references(env_id, ds.metadata))
+                              references=references(env_id, ds.metadata),
+                              keep_checkpoints=bool(keep_checkpoints or (previous or {}).get("settings", {}).get("keep_checkpoints")))
     if previous:
         for key in ("seeds", "seed"):
             if previous["settings"][key] != settings[key]:
@@ -165,7 +168,7 @@ def train(
                 last_eval = _eval_text(per_seed)
             log.add(chunk_rows)
             if folder is not None and (step % eval_every == 0 or step == end):
-                _save(folder, agents, data_keys, step)
+                _save(folder, agents, data_keys, step, keep=0 if settings["keep_checkpoints"] else 1)
                 log.write_csv()
             bar.update(step, n / max(elapsed, 1e-9), last_eval)
     finally:
@@ -186,10 +189,10 @@ def _next_multiple(step: int, every: int) -> int:
     return (step // every + 1) * every
 
 
-def _save(folder: Path, agents, data_keys, step: int) -> None:
+def _save(folder: Path, agents, data_keys, step: int, keep: int = 1) -> None:
     from offrl.checkpoint import save_checkpoint
 
-    save_checkpoint(folder / "checkpoints", {"agent": agents, "data_keys": data_keys}, step)
+    save_checkpoint(folder / "checkpoints", {"agent": agents, "data_keys": data_keys}, step, keep=keep)
 
 
 def _check_finite(metrics: dict, step: int, folder: Path | None) -> None:

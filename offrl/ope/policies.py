@@ -105,23 +105,55 @@ class TabularPolicy:
         return "tabular"
 
 
-def load_policy(path: str | Path, std: float = DEFAULT_TARGET_STD, seed: int = 0) -> GaussianPolicy:
-    """A run folder (its latest checkpoint, seed ``seed``) or an exported NumPy policy folder."""
+def load_policies(paths, std: float = DEFAULT_TARGET_STD, seed: int = 0) -> list[GaussianPolicy]:
+    """Candidates from run folders, ``RUN@STEP`` and export folders: a run that kept several
+    checkpoints (``offrl train --keep-checkpoints``) gives one candidate per checkpoint, named
+    ``RUN@STEP``; a run with only its latest checkpoint gives one, named ``RUN``."""
+    from offrl.checkpoint import checkpoint_steps
+
+    policies = []
+    for entry in paths:
+        path, step = split_step(entry)
+        steps = checkpoint_steps(path / "checkpoints") if step is None and (path / "config.json").exists() else []
+        if len(steps) > 1:
+            policies += [load_policy(path, std, seed, step=s) for s in steps]
+        else:
+            policies.append(load_policy(path, std, seed, step=step))
+    return policies
+
+
+def split_step(entry: str | Path) -> tuple[Path, int | None]:
+    """``"runs/iql@3000"`` -> ``(Path("runs/iql"), 3000)``; a plain path -> ``(path, None)``."""
+    text = str(entry)
+    head, sep, tail = text.rpartition("@")
+    if sep and not Path(text).exists():
+        if not tail.isdigit():
+            raise OffrlError(f"{text!r}: the part after '@' must be a checkpoint step, e.g. {head}@5000.")
+        return Path(head), int(tail)
+    return Path(text), None
+
+
+def load_policy(path: str | Path, std: float = DEFAULT_TARGET_STD, seed: int = 0, step: int | None = None) -> GaussianPolicy:
+    """A run folder (its latest checkpoint, or checkpoint ``step``; seed ``seed``) or an exported
+    NumPy policy folder."""
     path = Path(path)
     if not std > 0:
         raise OffrlError(f"--target-std {std} must be positive (it is the Gaussian std around a deterministic policy's action).")
     if (path / "config.json").exists():
         from offrl.engine import load_run
 
-        run = load_run(path)
+        run = load_run(path, step=step)
         seeds = int(np.asarray(run.agent.step).shape[0])
         if not 0 <= seed < seeds:
             raise OffrlError(f"--seed {seed} is out of range for {path}; it trained seeds 0..{seeds - 1}.")
         info = run.info
         meta = {"kind": "run", "algo": run.algo, "step": run.step, "seed": seed, "env_id": info.env_id, "obs_dim": info.obs_dim,
                 "online_return": _last_online_return(run, seed)}
+        name = _name(path) if step is None else f"{_name(path)}@{run.step}"
         return GaussianPolicy(lambda obs: run.act(obs, seed=seed), np.asarray(info.action_low, np.float64),
-                              np.asarray(info.action_high, np.float64), std, name=_name(path), meta=meta)
+                              np.asarray(info.action_high, np.float64), std, name=name, meta=meta)
+    if step is not None:
+        raise OffrlError(f"{path}@{step}: only a run folder (with config.json) has checkpoints to choose by step.")
     if (path / "policy.json").exists() or path.name in ("policy.json", "policy.npz"):
         from offrl.policy import load_numpy_policy
 
@@ -141,7 +173,7 @@ def _name(path: Path) -> str:
 
 
 def _last_online_return(run, seed: int) -> float | None:
-    rows = [r for r in run.evaluations() if r.get("seed") == seed]
+    rows = [r for r in run.evaluations() if r.get("seed") == seed and int(r["step"]) <= run.step]
     return float(rows[-1]["eval/return"]) if rows else None
 
 

@@ -5,6 +5,9 @@ With true values (``--check``) :func:`selection_regret` compares three rules by 
 they lose against the best candidate: the OPE choice, the choice by the runs' own online
 evaluations (their last ``eval/return`` during training, when recorded) and the candidate
 trained longest (the "last checkpoint").
+
+:func:`select_checkpoint` applies ``choose`` to the kept checkpoints of one run
+(``offrl train --select-by``) and records the choice in ``RUN/selected.json``.
 """
 
 from __future__ import annotations
@@ -35,3 +38,69 @@ def selection_regret(report, by: str, truth: dict) -> dict[str, dict]:
     if all(s is not None for s in steps.values()):
         rules["last checkpoint"] = max(report.policies, key=lambda p: steps[p])
     return {rule: {"choice": p, "true_value": true[p], "regret": best - true[p]} for rule, p in rules.items()}
+
+
+SELECTED = "selected.json"
+
+
+def select_checkpoint(run, by: str = "fqe", dataset=None, config=None, seed: int = 0, progress=None) -> dict:
+    """Rank every kept checkpoint of run folder ``run`` by estimator ``by`` on ``dataset``
+    (default: the run's own, ``settings["dataset"]``) for trained seed ``seed``, write
+    ``RUN/selected.json`` and return its record: the chosen ``step``, ``by``, and every candidate's
+    ``step``, ``estimate``, ``ci_low``, ``ci_high``, ``ess``.
+
+    Example::
+
+        offrl.train("iql", "pendulum-medium-v0", steps=50_000, eval_every=5_000, out="runs/iql", keep_checkpoints=True)
+        select_checkpoint("runs/iql", by="fqe")["step"]      # then load_run("runs/iql", step=...)
+    """
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+
+    from offrl.checkpoint import checkpoint_steps
+    from offrl.ope.evaluate import OPE_ESTIMATORS, OPEConfig, evaluate_policies
+    from offrl.ope.policies import load_policy
+
+    folder = Path(run)
+    if by not in OPE_ESTIMATORS:
+        raise OffrlError(f"--select-by {by!r} is not an estimator; choose one of {', '.join(OPE_ESTIMATORS)} (e.g. fqe).")
+    if not (folder / "config.json").exists():
+        raise OffrlError(f"{folder} is not a run folder (no config.json); pass the --out folder of `offrl train`.")
+    steps = checkpoint_steps(folder / "checkpoints")
+    if not steps:
+        raise OffrlError(f"{folder} has no checkpoint to select from; train it first.")
+    if dataset is None:
+        from offrl.data import load
+
+        source = json.loads((folder / "config.json").read_text())["settings"]["dataset"]
+        try:
+            dataset = load(source)
+        except OffrlError as exc:
+            raise OffrlError(f"cannot reload the run's dataset {source!r} ({exc}); pass the dataset explicitly.") from None
+    config = replace(config or OPEConfig(), estimators=(by,))
+    policies = [load_policy(folder, config.target_std, seed, step=s) for s in steps]
+    report = evaluate_policies(policies, dataset, config, progress=progress)
+    choice = choose(report, by)
+    candidates = [{"name": p.name, "step": int(p.meta["step"]), **{k: getattr(report.results[p.name][by], k)
+                   for k in ("estimate", "ci_low", "ci_high", "ess")}} for p in policies]
+    chosen = next(c for c in candidates if c["name"] == choice)
+    record = {"step": chosen["step"], "by": by, "seed": seed, "estimate": chosen["estimate"], "ci_low": chosen["ci_low"],
+              "ci_high": chosen["ci_high"], "dataset": getattr(dataset, "source", None), "estimated_behavior": report.estimated_behavior,
+              "target": report.target[choice], "candidates": candidates, "config": report.config}
+    (folder / SELECTED).write_text(json.dumps(record, indent=2, default=str))
+    return record
+
+
+def selected_step(run) -> int:
+    """The checkpoint step recorded in ``RUN/selected.json`` (by ``offrl train --select-by``)."""
+    import json
+    from pathlib import Path
+
+    path = Path(run) / SELECTED
+    if not path.exists():
+        raise OffrlError(f"{run} has no {SELECTED}; train it with --select-by fqe|dr|wis (or drop --selected).")
+    try:
+        return int(json.loads(path.read_text())["step"])
+    except (ValueError, KeyError, TypeError):
+        raise OffrlError(f"{path} is not a valid selection record (no integer 'step'); rerun `offrl train --resume --select-by`.") from None
