@@ -165,41 +165,6 @@ def plot_finetune(runs, out: str | Path, offline_step: int, labels: list[str] | 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    names = list(panels)
-    cols = min(3, max(1, len(names)))
-    rows = max(1, math.ceil(len(names) / cols))
-    written = []
-    for filename, key, ylabel in (("learning_curves.png", "eval/normalized_score", "normalized score"),
-                                  ("q_vs_return.png", "eval/q_overestimation", "Q estimate - realised return")):
-        fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.4 * rows), squeeze=False)
-        for ax, name in zip(axes.flat, names):
-            for i, run in enumerate(panels[name]):
-                this_key = key
-                if key == "eval/normalized_score" and not len(_by_step(run.metrics, key)[0]):
-                    this_key = "eval/return"
-                steps, mean, std = _by_step(run.metrics, this_key)
-                if len(steps):
-                    _band(ax, steps, mean, std, run.algo.upper(), color=f"C{i}")
-            if key == "eval/q_overestimation":
-                ax.axhline(0.0, color="black", lw=0.8)
-            ax.set_title(name, fontsize=10)
-            ax.set_xlabel("gradient steps", fontsize=8)
-            ax.set_ylabel(ylabel, fontsize=8)
-            ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[1]:
-                ax.legend(fontsize=7)
-        for ax in list(axes.flat)[len(names):]:
-            ax.axis("off")
-        fig.tight_layout()
-        path = out / filename
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
-    return written
-
-
     runs = runs if isinstance(runs, (list, tuple)) else [runs]
     labels = labels or [_label(r) for r in runs]
     out = Path(out)
