@@ -1,0 +1,4 @@
+"""``offrl demo``: the field's failure modes, each a command that ends with a plot, a JSON of its
+numbers and a one-line verdict (:mod:`offrl.demos.extrapolation`)."""
+
+DEMOS = ("extrapolation",)
