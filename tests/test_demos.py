@@ -18,7 +18,8 @@ def test_demo_command_is_registered(capsys):
 
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
-    assert "extrapolation" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "extrapolation" in out and "causal-confusion" in out
 
 
 @pytest.mark.slow
@@ -33,3 +34,21 @@ def test_extrapolation_demo_naive_dqn_runs_away_and_cql_stays_below(tmp_path):
     assert cql["return"][-1] > dqn["return"][-1]
     saved = json.loads((tmp_path / "extrapolation.json").read_text())
     assert saved["verdict"] == result["verdict"] and (tmp_path / "extrapolation.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_causal_confusion_demo_nuisance_wins_held_out_and_loses_deployed(tmp_path):
+    from offrl.demos import causal_confusion
+
+    result = causal_confusion.run(out=tmp_path)
+    w, wo = result["rows"]["with nuisance"], result["rows"]["without nuisance"]
+    assert np.mean(w["held_out_accuracy"]) > np.mean(wo["held_out_accuracy"])
+    assert np.mean(w["deployed_return"]) < np.mean(wo["deployed_return"]) - 25
+    assert np.mean(wo["deployed_return"]) > -150  # without the nuisance BC drives like the expert (about -120)
+    assert (tmp_path / "causal_confusion.png").exists()
+
+
+def test_mountain_car_expert_pushes_along_the_velocity():
+    from offrl.demos.causal_confusion import mountain_car_expert
+
+    np.testing.assert_array_equal(mountain_car_expert(np.array([[-0.5, 0.01], [-0.5, -0.02], [0.1, 0.0]])), [2, 0, 2])

@@ -1,4 +1,5 @@
 """``offrl demo``: the field's failure modes, each a command that ends with a plot, a JSON of its
-numbers and a one-line verdict (:mod:`offrl.demos.extrapolation`)."""
+numbers and a one-line verdict (:mod:`offrl.demos.extrapolation`,
+:mod:`offrl.demos.causal_confusion`)."""
 
-DEMOS = ("extrapolation",)
+DEMOS = ("extrapolation", "causal-confusion")

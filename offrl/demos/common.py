@@ -46,7 +46,7 @@ def rollout(act, episodes: int, seed: int, max_steps: int | None = None, env_id:
     return {"observations": steps[alive], "lengths": lengths, "returns": np.asarray(out["return"])}
 
 
-def labelled_dataset(observations: np.ndarray, actions: np.ndarray):
+def labelled_dataset(observations: np.ndarray, actions: np.ndarray, num_actions: int = 2):
     """A :class:`offrl.data.Dataset` of states labelled with actions (for BC: rewards and
     successors are placeholders)."""
     from offrl.data import Dataset
@@ -54,16 +54,16 @@ def labelled_dataset(observations: np.ndarray, actions: np.ndarray):
     n = len(observations)
     terminals = np.zeros(n, bool)
     return Dataset.from_arrays(observations, np.asarray(actions).reshape(-1, 1), np.zeros(n, np.float32), terminals,
-                               next_observations=observations, metadata={"num_actions": 2})
+                               next_observations=observations, metadata={"num_actions": num_actions})
 
 
-def fit_bc(observations: np.ndarray, actions: np.ndarray, steps: int, seed: int = 0):
+def fit_bc(observations: np.ndarray, actions: np.ndarray, steps: int, seed: int = 0, num_actions: int = 2):
     """Discrete BC on ``(observations, actions)``; returns ``act(obs) -> (B,) actions`` (greedy)."""
     import jax
 
     from offrl.engine import train
 
-    run = train("discrete_bc", labelled_dataset(observations, actions), steps=steps, seed=seed, eval_every=steps,
+    run = train("discrete_bc", labelled_dataset(observations, actions, num_actions), steps=steps, seed=seed, eval_every=steps,
                 eval_episodes=0, log_every=steps, progress=False, config_overrides=BC_OVERRIDES)
     agent = jax.tree_util.tree_map(lambda x: x[0], run.agent)
     act_fn = jax.jit(run.module.act)
