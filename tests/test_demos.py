@@ -19,7 +19,7 @@ def test_demo_command_is_registered(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
     out = capsys.readouterr().out
-    assert "extrapolation" in out and "causal-confusion" in out
+    assert "extrapolation" in out and "causal-confusion" in out and "dagger" in out
 
 
 @pytest.mark.slow
@@ -52,3 +52,14 @@ def test_mountain_car_expert_pushes_along_the_velocity():
     from offrl.demos.causal_confusion import mountain_car_expert
 
     np.testing.assert_array_equal(mountain_car_expert(np.array([[-0.5, 0.01], [-0.5, -0.02], [0.1, 0.0]])), [2, 0, 2])
+
+
+@pytest.mark.slow
+def test_dagger_demo_beats_bc_with_the_same_labels(tmp_path):
+    from offrl.demos import dagger
+
+    result = dagger.run(out=tmp_path)
+    means = result["mean_return_after_first"]
+    assert means["dagger"] > means["bc"] + 5
+    assert result["dagger"][-1]["return"] > result["expert_return"] - 15
+    assert [r["labels"] for r in result["bc"]] == [r["labels"] for r in result["dagger"]]
