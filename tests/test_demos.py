@@ -19,7 +19,7 @@ def test_demo_command_is_registered(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
     out = capsys.readouterr().out
-    assert "extrapolation" in out and "causal-confusion" in out and "dagger" in out
+    assert all(name in out for name in ("extrapolation", "compounding", "causal-confusion", "dagger"))
 
 
 @pytest.mark.slow
@@ -63,3 +63,24 @@ def test_dagger_demo_beats_bc_with_the_same_labels(tmp_path):
     assert means["dagger"] > means["bc"] + 5
     assert result["dagger"][-1]["return"] > result["expert_return"] - 15
     assert [r["labels"] for r in result["bc"]] == [r["labels"] for r in result["dagger"]]
+
+
+def test_cumulative_cost_by_hand():
+    from offrl.demos.compounding import cumulative_cost
+
+    mistakes = np.array([[0, 1, 0, 1], [1, 0, 0, 0]], float)
+    # episode 0 alive for 4 steps: 0,1,1,2; episode 1 ends after 2 steps: 1,1,2,3
+    assert cumulative_cost(mistakes, np.array([4, 2]), horizons=(1, 2, 3, 4)) == [0.5, 1.0, 1.5, 2.5]
+
+
+@pytest.mark.slow
+def test_compounding_demo_cost_outgrows_eps_T_within_eps_T2(tmp_path):
+    from offrl.demos import compounding
+
+    result = compounding.run(out=tmp_path)
+    few = result["rows"][0]
+    T = result["horizons"]
+    assert few["cost"][-1] > 1.5 * few["eps_T"][-1]                    # mistakes compound along its own states
+    assert few["cost"][-1] / T[-1] > few["cost"][2] / T[2]             # the per-step cost grows with the horizon
+    assert all(c <= b for c, b in zip(few["cost"], few["eps_T2"]))     # within Ross & Bagnell's bound
+    assert result["rows"][-1]["eps"] < few["eps"]

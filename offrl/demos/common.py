@@ -24,7 +24,8 @@ def cartpole_expert(obs: np.ndarray) -> np.ndarray:
 
 def rollout(act, episodes: int, seed: int, max_steps: int | None = None, env_id: str = ENV_ID) -> dict:
     """Run ``act(obs) -> (B,) actions`` for ``episodes`` side-by-side episodes (resets seeded
-    ``seed + k``); returns the visited ``observations`` (alive steps only), ``lengths`` and ``returns``."""
+    ``seed + k``); returns the visited ``observations`` (alive steps only), ``lengths``, ``returns``
+    and ``steps`` (``(episodes, T, obs_dim)``, every step including those after an episode ended)."""
     import jax
 
     from offrl.rollout import VectorEnv, collect_steps, run_episodes  # noqa: F401
@@ -43,7 +44,7 @@ def rollout(act, episodes: int, seed: int, max_steps: int | None = None, env_id:
     lengths = np.asarray(out["length"])
     steps = np.stack(visited, axis=1)  # (episodes, T, obs_dim)
     alive = np.arange(steps.shape[1])[None, :] < lengths[:, None]
-    return {"observations": steps[alive], "lengths": lengths, "returns": np.asarray(out["return"])}
+    return {"observations": steps[alive], "lengths": lengths, "returns": np.asarray(out["return"]), "steps": steps}
 
 
 def labelled_dataset(observations: np.ndarray, actions: np.ndarray, num_actions: int = 2):
