@@ -26,11 +26,8 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
-from offrl.algos.discrete_common import ACTION_SPACE, DiscreteCritic, dqn_target, head_layers, q_td_loss, take
+from offrl.algos.discrete_common import ACTION_SPACE, DiscreteCritic, dqn_target, head_layers, q_td_loss, take  # noqa: F401
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
-
-__all__ = ["ACTION_SPACE", "Config", "Agent", "create", "critic_loss", "update", "act", "q_value"]
-
 
 @dataclass(frozen=True)
 class Config:

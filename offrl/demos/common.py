@@ -28,7 +28,7 @@ def rollout(act, episodes: int, seed: int, max_steps: int | None = None, env_id:
     and ``steps`` (``(episodes, T, obs_dim)``, every step including those after an episode ended)."""
     import jax
 
-    from offrl.rollout import VectorEnv, collect_steps, run_episodes  # noqa: F401
+    from offrl.rollout import VectorEnv, run_episodes
 
     env = VectorEnv(env_id, episodes)
     visited: list[np.ndarray] = []

@@ -13,8 +13,6 @@ from ``s0`` over training.
 
 from __future__ import annotations
 
-import numpy as np
-
 from offrl.demos.common import ENV_ID, cartpole_expert, write_outputs
 
 ALGOS = ("dqn", "discrete_cql")
