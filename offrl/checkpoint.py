@@ -129,4 +129,6 @@ def export_numpy_policy(run, folder: str | Path, seed: int = 0) -> Path:
     info = run.info
     meta = {"algo": run.algo, "env_id": info.env_id, "obs_dim": info.obs_dim, "action_dim": info.action_dim,
             "seed": seed, "step": int(np.asarray(agent.step)), "run": str(run.path) if run.path else None}
+    if getattr(info, "discrete", False):
+        meta.update(output_activation="argmax", num_actions=info.num_actions)
     return save_numpy_policy(folder, layers, info.obs_mean, info.obs_std, info.action_low, info.action_high, meta)

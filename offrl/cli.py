@@ -26,6 +26,7 @@ COMMANDS = (
     "plot",
     "export",
     "collect",
+    "demo",
     "benchmark",
     "ope",
     "prefs",

@@ -85,15 +85,16 @@ def normalized_score(env_id: str, returns, metadata: dict | None = None):
 
 
 def make_env(env_id: str, **kwargs):
-    """``gymnasium.make`` with one clear error for an unknown id or a discrete action space."""
+    """``gymnasium.make`` with one clear error for an unknown id or an action space that is
+    neither ``Box`` nor ``Discrete``."""
     import gymnasium as gym
 
     try:
         env = gym.make(env_id, **kwargs)
     except gym.error.Error as exc:
         raise ConfigError(f"unknown environment '{env_id}' ({exc}); pass a Gymnasium id such as Pendulum-v1 or Hopper-v5.") from None
-    if not isinstance(env.action_space, gym.spaces.Box):
-        raise ConfigError(f"environment '{env_id}' has a {type(env.action_space).__name__} action space; offrl's algorithms need a continuous (Box) action space.")
+    if not isinstance(env.action_space, (gym.spaces.Box, gym.spaces.Discrete)):
+        raise ConfigError(f"environment '{env_id}' has a {type(env.action_space).__name__} action space; offrl's algorithms need a continuous (Box) or a Discrete action space.")
     return env
 
 

@@ -8,6 +8,8 @@
     a = tanh(x W_out + b_out)          in [-1, 1]
     action = low + (a + 1) / 2 * (high - low)     (the env's action bounds)
 
+or, for a ``Discrete`` action space (``output_activation = "argmax"``), ``action = argmax(x W_out + b_out)``.
+
 Example::
 
     policy = load_numpy_policy("runs/iql/export")
@@ -44,6 +46,15 @@ class NumpyPolicy:
     def action_dim(self) -> int:
         return int(self.layers[-1][0].shape[1])
 
+    def discrete_action(self, obs) -> np.ndarray:
+        """A ``Discrete`` policy's action (exports with ``output_activation = "argmax"``): the
+        index of the largest output (Q-value or logit)."""
+        x = (np.asarray(obs, np.float32) - self.obs_mean) / self.obs_std
+        for w, b in self.layers[:-1]:
+            x = np.maximum(x @ w + b, 0.0)
+        w, b = self.layers[-1]
+        return np.argmax(x @ w + b, axis=-1)
+
     def normalized_action(self, obs) -> np.ndarray:
         """The action in ``[-1, 1]`` before rescaling to the env's bounds."""
         x = (np.asarray(obs, np.float32) - self.obs_mean) / self.obs_std
@@ -53,6 +64,8 @@ class NumpyPolicy:
         return np.tanh(x @ w + b)
 
     def __call__(self, obs) -> np.ndarray:
+        if self.meta.get("output_activation") == "argmax":
+            return self.discrete_action(obs)
         a = self.normalized_action(obs)
         return self.action_low + (a + 1.0) * 0.5 * (self.action_high - self.action_low)
 

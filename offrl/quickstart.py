@@ -28,7 +28,12 @@ from offrl.errors import ConfigError
 
 DEFAULT_DATASET = "pendulum-medium-expert-v0"
 #: updates per algorithm.
-DEFAULT_STEPS = {"bc": 3_000, "iql": 6_000, "cql": 6_000}
+DEFAULT_STEPS = {"bc": 3_000, "iql": 6_000, "cql": 6_000,
+                 "discrete_bc": 3_000, "discrete_iql": 6_000, "discrete_cql": 6_000, "dqn": 6_000,
+                 "double_dqn": 6_000, "discrete_bcq": 6_000}
+#: the discrete family's counterpart of each continuous algorithm (a Discrete dataset with the
+#: default --algos bc,iql trains discrete_bc, discrete_iql).
+DISCRETE_COUNTERPARTS = {"bc": "discrete_bc", "iql": "discrete_iql", "cql": "discrete_cql", "bcq": "discrete_bcq"}
 #: Pendulum settings (the MuJoCo defaults assume 1000-step episodes with rewards of order 1):
 #: smaller networks for 3-d observations and 1-d actions; rewards (about -16..0 per step)
 #: scaled by 0.1 so that values stay of order 10 instead of hundreds, which the critics
@@ -60,10 +65,11 @@ def _summary_row(run) -> dict:
 
 
 def _verdict(rows: dict, behaviour_score: float | None) -> str:
-    if "bc" not in rows:
+    bc_name = "bc" if "bc" in rows else "discrete_bc"
+    if bc_name not in rows:
         return "BC was not run, so there is no comparison with behaviour cloning."
-    bc = rows["bc"]
-    offline = {k: v for k, v in rows.items() if k != "bc"}
+    bc = rows[bc_name]
+    offline = {k: v for k, v in rows.items() if k != bc_name}
     if not offline:
         return "Only BC was run."
     best_name, best = max(offline.items(), key=lambda kv: kv[1]["score_mean"])
@@ -99,10 +105,14 @@ def run_quickstart(dataset: str = DEFAULT_DATASET, out="offrl-quickstart", algos
     if out.exists() and any(out.iterdir()) and not (out / "results.json").exists():
         raise ConfigError(f"--out {out} exists and is not a quickstart report folder; choose another --out.")
     out.mkdir(parents=True, exist_ok=True)
+    ds = data.load(dataset)
+    from offrl.data.checks import num_discrete_actions
+
+    if num_discrete_actions(ds):
+        algos = tuple(DISCRETE_COUNTERPARTS.get(a, a) for a in algos)
     if isinstance(steps, int):
         steps = {a: steps for a in algos}
     steps = {**DEFAULT_STEPS, **(steps or {})}
-    ds = data.load(dataset)
     env_id = ds.metadata.get("env_id")
     if not env_id:
         raise ConfigError(f"dataset '{dataset}' has no metadata 'env_id', so its policies cannot be evaluated; pick a dataset made by `offrl collect`.")

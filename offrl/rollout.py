@@ -67,9 +67,12 @@ class VectorEnv:
         self.num_envs = num_envs
         self.obs_shape = tuple(first.observation_space.shape)
         self.obs_dim = int(np.prod(self.obs_shape))
-        self.action_dim = int(np.prod(first.action_space.shape))
-        self.action_low = np.asarray(first.action_space.low, np.float32).reshape(-1)
-        self.action_high = np.asarray(first.action_space.high, np.float32).reshape(-1)
+        space = first.action_space
+        #: ``n`` of a ``Discrete`` action space (actions are then one integer per env), else 0.
+        self.num_actions = int(space.n) if hasattr(space, "n") else 0
+        self.action_dim = 1 if self.num_actions else int(np.prod(space.shape))
+        self.action_low = np.asarray(getattr(space, "low", 0), np.float32).reshape(-1)
+        self.action_high = np.asarray(getattr(space, "high", max(self.num_actions - 1, 0)), np.float32).reshape(-1)
         self.max_episode_steps = first.spec.max_episode_steps if first.spec is not None else None
         self._obs = np.zeros((num_envs, self.obs_dim), np.float32)
 
@@ -98,7 +101,7 @@ class VectorEnv:
         for i, env in enumerate(self.envs):
             if active is not None and not active[i]:
                 continue
-            o, r, term, trunc, _ = env.step(actions[i])
+            o, r, term, trunc, _ = env.step(int(actions[i].reshape(-1)[0]) if self.num_actions else actions[i])
             obs[i] = np.asarray(o, np.float32).reshape(-1)
             rewards[i], terminated[i], truncated[i] = r, term, trunc
         return obs.copy(), rewards, terminated, truncated

@@ -80,3 +80,12 @@ def test_plot_runs_draws_the_behaviour_line(tmp_path, monkeypatch):
     rows = [{"step": 10, "seed": 0, "eval/return": -500.0, "eval/normalized_score": 40.0}]
     plot_runs([Run(None, "bc", None, {"seeds": 1}, None, None, rows)], tmp_path, baselines={"behaviour (dataset mean)": 59.2})
     assert (59.2, "behaviour (dataset mean)") in drawn and (tmp_path / "learning_curves.png").exists()
+
+
+def test_quickstart_on_the_bundled_discrete_dataset_trains_the_discrete_family(tmp_path):
+    from offrl.quickstart import run_quickstart
+
+    result = run_quickstart("cartpole-medium-expert-v0", out=tmp_path / "qs", steps=200, seeds=1, eval_episodes=2,
+                            evaluations=1, progress=False)
+    assert set(result["algorithms"]) == {"discrete_bc", "discrete_iql"}
+    assert "BC" in result["verdict"] and result["env_id"] == "CartPole-v1"

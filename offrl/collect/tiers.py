@@ -198,6 +198,10 @@ def build_tier_dataset(zoo, tier: str, size: int = 100_000, seed: int = 0, env_i
         "action_log_probs": "log pi_b(a|s) of the recorded env-unit action: log N(u; mean, std) - sum log(1 - tanh(u)^2) - sum log((high - low) / 2)",
         "action_distribution": "a = low + (tanh(u) + 1) * (high - low) / 2, u ~ N(action_mean, action_std^2)",
     }
+    if index.get("algorithm") == "DQN":
+        from offrl.collect.discrete import discrete_tier_metadata
+
+        metadata = discrete_tier_metadata(metadata, index)
     if tier == "medium-replay":
         metadata["replay_stop_step"] = chosen["medium"]["step"]
     ds = _to_dataset(arrays, metadata, source=f"<offrl collect {name}>")

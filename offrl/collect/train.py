@@ -78,8 +78,8 @@ def env_facts(env_id: str, env) -> dict:
              "gymnasium_version": gymnasium.__version__,
              "max_episode_steps": env.max_episode_steps,
              "obs_dim": env.obs_dim, "action_dim": env.action_dim,
-             "action_low": np.asarray(first.action_space.low, np.float64).tolist(),
-             "action_high": np.asarray(first.action_space.high, np.float64).tolist()}
+             "action_low": np.asarray(env.action_low, np.float64).tolist(),
+             "action_high": np.asarray(env.action_high, np.float64).tolist()}
     try:
         import mujoco
 

@@ -155,6 +155,10 @@ def load_policy(zoo_dir, step: int) -> BehaviorPolicy:
         steps = [s["step"] for s in index.get("snapshots", [])]
         raise ConfigError(f"zoo '{zoo_dir}' has no snapshot at step {step}; available steps: {steps}.")
     facts = json.loads(json_path.read_text())
+    if index.get("algorithm") == "DQN":
+        from offrl.collect.discrete import load_discrete_policy
+
+        return load_discrete_policy(zoo_dir, index, facts)
     hidden = tuple(index["config"]["hidden_dims"])
     obs_dim, action_dim = int(index["obs_dim"]), int(index["action_dim"])
     actor_def = make_actor(hidden, action_dim)
@@ -168,15 +172,17 @@ def load_policy(zoo_dir, step: int) -> BehaviorPolicy:
 class ReplayWriter:
     """Appends transitions to ``replay.hdf5`` (resizable datasets, D4RL key names)."""
 
-    def __init__(self, path: Path, obs_dim: int, action_dim: int, attrs: dict | None = None):
+    def __init__(self, path: Path, obs_dim: int, action_dim: int, attrs: dict | None = None,
+                 info_shapes: dict[str, tuple] | None = None):
         import h5py
 
         self.path = Path(path)
+        if info_shapes is None:
+            info_shapes = {"action_log_probs": (), "action_mean": (action_dim,), "action_std": (action_dim,)}
         with h5py.File(self.path, "w") as f:
             shapes = {"observations": (obs_dim,), "actions": (action_dim,), "rewards": (),
                       "next_observations": (obs_dim,), "terminals": (), "timeouts": (),
-                      "infos/action_log_probs": (), "infos/action_mean": (action_dim,),
-                      "infos/action_std": (action_dim,)}
+                      **{f"infos/{k}": v for k, v in info_shapes.items()}}
             for key, shape in shapes.items():
                 dtype = bool if key in ("terminals", "timeouts") else np.float32
                 f.create_dataset(key, shape=(0, *shape), maxshape=(None, *shape), dtype=dtype,
@@ -210,6 +216,6 @@ def read_replay(zoo_dir, stop: int | None = None) -> dict[str, np.ndarray]:
     with h5py.File(path, "r") as f:
         for key in REPLAY_KEYS:
             out[key] = f[key][:stop]
-        for key in REPLAY_INFO_KEYS:
+        for key in (f["infos"].keys() if "infos" in f else REPLAY_INFO_KEYS):
             out[f"infos/{key}"] = f[f"infos/{key}"][:stop]
     return out

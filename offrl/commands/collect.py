@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     sub = parser.add_subparsers(dest="collect_command", metavar="SUBCOMMAND")
 
     train = sub.add_parser("train-behavior", help="train an online SAC learner, saving evaluated policy snapshots and the replay history")
-    train.add_argument("--env", required=True, help="Gymnasium id with a Box action space, e.g. Pendulum-v1, Hopper-v5")
+    train.add_argument("--env", required=True, help="Gymnasium id, e.g. Pendulum-v1, Hopper-v5 (SAC) or CartPole-v1, Acrobot-v1 (Discrete actions: DQN)")
     train.add_argument("--steps", type=int, default=300_000, help="environment steps (default 300000)")
     train.add_argument("--out", required=True, help="zoo folder to write (snapshots/, replay.hdf5, zoo.json)")
     train.add_argument("--seed", type=int, default=0)
@@ -27,6 +27,7 @@ def register(subparsers) -> None:
     train.add_argument("--snapshot-every", type=int, default=None, help="steps between evaluated snapshots (default: steps/30)")
     train.add_argument("--eval-episodes", type=int, default=5)
     train.add_argument("--update-every", type=int, default=50, help="env steps per jitted chunk of updates (default 50)")
+    train.add_argument("--epsilon", type=float, default=0.1, help="Discrete envs only: the behaviour policies' epsilon-greedy rate (default 0.1)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=run_train_behavior)
 
@@ -61,6 +62,8 @@ def run_train_behavior(args) -> int:
 
     check_env_id(args.env)
     steps = args.steps
+    if _is_discrete(args.env):
+        return _train_discrete_behavior(args)
     config = TrainBehaviorConfig(
         steps=steps,
         start_steps=args.start_steps if args.start_steps is not None else min(10_000, max(steps // 10, 1)),
@@ -105,4 +108,41 @@ def run_dataset(args) -> int:
                  ("ref min / max", f"{meta['ref_min_score']:.1f} / {meta['ref_max_score']:.1f}")] + [(k, str(v)) for k, v in where.items()]:
         table.add_row(k, str(v))
     Console().print(table)
+    return 0
+
+
+def _is_discrete(env_id: str) -> bool:
+    from offrl.envs import make_env
+
+    env = make_env(env_id)
+    try:
+        return hasattr(env.action_space, "n")
+    finally:
+        env.close()
+
+
+def _train_discrete_behavior(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.collect.discrete import DQNBehaviorConfig, train_dqn_behavior
+    from offrl.collect.train import write_references
+
+    steps = args.steps
+    config = DQNBehaviorConfig(
+        steps=steps, start_steps=args.start_steps if args.start_steps is not None else min(1_000, max(steps // 10, 1)),
+        update_every=args.update_every if args.update_every != 50 else 10,
+        snapshot_every=args.snapshot_every or max(steps // 20, 1), eval_episodes=args.eval_episodes,
+        epsilon=args.epsilon, seed=args.seed)
+    index = train_dqn_behavior(args.env, args.out, config, command=command_line(), progress=not args.quiet)
+    refs = write_references(args.out)
+    table = Table(title=f"DQN on {args.env}: snapshots in {args.out}")
+    for col in (f"step", f"return (epsilon {args.epsilon})", "return (greedy)"):
+        table.add_column(col, justify="right")
+    for s in index["snapshots"]:
+        table.add_row(str(s["step"]), f"{s['return_mean']:.1f} ± {s['return_std']:.1f}", f"{s['deterministic_return_mean']:.1f}")
+    console = Console()
+    console.print(table)
+    console.print(f"env-steps/s (training, excluding evaluation): {index['env_steps_per_s']:.1f}; "
+                  f"references: random {refs['random']:.1f}, expert {refs['expert']:.1f}")
     return 0

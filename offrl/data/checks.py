@@ -210,3 +210,63 @@ def missing_keys(keys, source: str, required=REQUIRED_KEYS) -> None:
     for key in required:
         if key not in keys:
             raise DatasetError(f"{source}: missing key '{key}'; a dataset needs {', '.join(required)}.")
+
+
+# ---------------------------------------------------------------------- discrete actions
+def num_discrete_actions(ds: Dataset, env_id: str | None = None) -> int:
+    """The number of actions of a dataset with ``Discrete`` actions, ``0`` for continuous ones.
+
+    A dataset is discrete when its metadata has ``num_actions`` or its env (``env_id``, else the
+    metadata's) has a ``Discrete`` action space; the two must agree. Its actions must then be
+    integers in ``0 .. num_actions - 1``, one per row (stored as shape ``(N, 1)``).
+    Raises :class:`~offrl.errors.DatasetError` naming the first offending row otherwise.
+    """
+    md = ds.metadata
+    declared = md.get("num_actions")
+    env_id = env_id or md.get("env_id")
+    space = _env_action_space(env_id) if env_id else None
+    env_n = int(space.n) if space is not None and hasattr(space, "n") else None
+    if declared is None and env_n is None:
+        return 0
+    if declared is not None:
+        try:
+            declared = int(declared)
+            if declared < 1:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise DatasetError(f"{ds.source}: metadata 'num_actions' is {md.get('num_actions')!r}; it must be a positive integer (the size of the Discrete action space).") from None
+        if space is not None and env_n is None:
+            raise DatasetError(f"{ds.source}: metadata 'num_actions' is {declared} (discrete actions) but environment '{env_id}' has a continuous {type(space).__name__} action space; pass the right --env or remove 'num_actions'.")
+        if env_n is not None and env_n != declared:
+            raise DatasetError(f"{ds.source}: the dataset has {declared} discrete actions (metadata 'num_actions') but environment '{env_id}' has {env_n}; pass the env the data was logged in.")
+    n = declared if declared is not None else env_n
+    check_discrete_actions(ds, n)
+    return n
+
+
+def check_discrete_actions(ds: Dataset, num_actions: int) -> None:
+    """Raise :class:`DatasetError` unless every action is one integer in ``0 .. num_actions - 1``."""
+    if ds.actions.ndim > 2 or (ds.actions.ndim == 2 and ds.actions.shape[1] != 1):
+        raise DatasetError(f"{ds.source}: key 'actions' has shape {ds.actions.shape} but discrete actions are one integer per row; store them as shape (N, 1).")
+    acts = ds.actions.reshape(-1)
+    bad = np.flatnonzero(~np.isfinite(acts) | (acts != np.round(acts)))
+    if len(bad):
+        raise DatasetError(f"{ds.source}: key 'actions' row {bad[0]} is {float(acts[bad[0]]):g}, not an integer; discrete actions must be integers in 0..{num_actions - 1}.")
+    bad = np.flatnonzero((acts < 0) | (acts > num_actions - 1))
+    if len(bad):
+        raise DatasetError(f"{ds.source}: key 'actions' row {bad[0]} is {int(acts[bad[0]])}, outside the {num_actions} discrete actions 0..{num_actions - 1}; fix the data or metadata 'num_actions'.")
+
+
+def _env_action_space(env_id: str):
+    """The action space of a registered Gymnasium env, or ``None`` when it cannot be built here."""
+    try:
+        import gymnasium as gym
+
+        if env_id not in gym.registry:
+            return None
+        env = gym.make(env_id)
+        space = env.action_space
+        env.close()
+        return space
+    except Exception:  # an env that cannot be built here: unknown, not an error
+        return None

@@ -29,7 +29,9 @@ class DataInfo:
     """How raw env quantities map to the agent's: everything needed to deploy the policy.
 
     ``obs_agent = (obs - obs_mean) / obs_std``; ``action_env = low + (a + 1) / 2 * (high - low)``;
-    ``reward_agent = reward_scale * r + reward_bias``.
+    ``reward_agent = reward_scale * r + reward_bias``. With ``Discrete`` actions
+    (``num_actions > 0``) an action is an integer in ``0 .. num_actions - 1``, the same for the
+    agent and the env, and ``action_dim = num_actions`` (the width of a Q or logit head).
     """
 
     obs_dim: int
@@ -41,15 +43,29 @@ class DataInfo:
     reward_scale: float = 1.0
     reward_bias: float = 0.0
     env_id: str | None = None
+    num_actions: int = 0
+
+    @property
+    def discrete(self) -> bool:
+        return self.num_actions > 0
+
+    @property
+    def agent_action_shape(self) -> tuple[int, ...]:
+        """The shape of one agent action: ``()`` for a discrete index, ``(action_dim,)`` otherwise."""
+        return () if self.discrete else (self.action_dim,)
 
     def normalize(self, obs):
         return (np.asarray(obs, np.float32) - np.asarray(self.obs_mean, np.float32)) / np.asarray(self.obs_std, np.float32)
 
     def to_env_action(self, actions):
+        if self.discrete:
+            return np.asarray(actions).reshape(-1, 1).astype(np.int64)
         low, high = np.asarray(self.action_low, np.float32), np.asarray(self.action_high, np.float32)
         return low + (np.clip(actions, -1.0, 1.0) + 1.0) * 0.5 * (high - low)
 
     def to_agent_action(self, actions):
+        if self.discrete:
+            return np.asarray(actions).reshape(-1).astype(np.int32)
         low, high = np.asarray(self.action_low, np.float32), np.asarray(self.action_high, np.float32)
         return np.clip(2.0 * (np.asarray(actions, np.float32) - low) / (high - low) - 1.0, -1.0, 1.0)
 
@@ -75,18 +91,40 @@ def reward_scale(dataset, scaling) -> float:
 
 def data_info(dataset, config, env_id: str | None = None) -> DataInfo:
     """The :class:`DataInfo` of ``dataset`` under ``config``'s data options."""
-    from offrl.data.checks import action_bounds
+    from offrl.data.checks import action_bounds, num_discrete_actions
 
+    num_actions = num_discrete_actions(dataset, env_id)
     low, high = action_bounds(dataset, env_id, from_data=True)
     obs_dim = int(np.prod(dataset.observations.shape[1:]))
     if getattr(config, "normalize_observations", False):
         mean, std = (x.reshape(-1) for x in dataset.observation_stats())
     else:
         mean, std = np.zeros(obs_dim, np.float32), np.ones(obs_dim, np.float32)
-    return DataInfo(obs_dim, int(np.prod(dataset.actions.shape[1:])), mean.tolist(), std.tolist(),
+    action_dim = num_actions or int(np.prod(dataset.actions.shape[1:]))
+    return DataInfo(obs_dim, action_dim, mean.tolist(), std.tolist(),
                     np.asarray(low, np.float32).tolist(), np.asarray(high, np.float32).tolist(),
                     reward_scale(dataset, getattr(config, "reward_scaling", "none")),
-                    float(getattr(config, "reward_bias", 0.0)), env_id)
+                    float(getattr(config, "reward_bias", 0.0)), env_id, num_actions)
+
+
+def check_action_family(module, info: DataInfo, source: str = "the dataset") -> None:
+    """Refuse a continuous algorithm on discrete actions and the reverse, naming the family that fits.
+
+    An algorithm module marks itself discrete with ``ACTION_SPACE = "discrete"``.
+    """
+    if module is None:
+        return
+    from offrl.algos import ALGORITHMS
+
+    name = module.__name__.split(".")[-1]
+    wants_discrete = getattr(module, "ACTION_SPACE", "continuous") == "discrete"
+    if wants_discrete == info.discrete:
+        return
+    family = "discrete" if info.discrete else "continuous"
+    fits = [n for n, m in ALGORITHMS.items() if (getattr(m, "ACTION_SPACE", "continuous") == "discrete") == info.discrete]
+    what = f"{info.num_actions} discrete actions" if info.discrete else f"continuous {info.action_dim}-dimensional actions"
+    raise ConfigError(f"{source} has {what} but --algo {name} is a {'discrete' if wants_discrete else 'continuous'}-action algorithm; "
+                      f"use a {family} one: {', '.join(fits)}.")
 
 
 def prepare_data(dataset, config, env_id: str | None = None, module=None):
@@ -95,6 +133,7 @@ def prepare_data(dataset, config, env_id: str | None = None, module=None):
     import jax.numpy as jnp
 
     info = data_info(dataset, config, env_id)
+    check_action_family(module, info, getattr(dataset, "source", "the dataset"))
     n = len(dataset)
     normalize = bool(getattr(config, "normalize_observations", False))
     mean, std = np.asarray(info.obs_mean, np.float32), np.asarray(info.obs_std, np.float32)
@@ -111,7 +150,8 @@ def prepare_data(dataset, config, env_id: str | None = None, module=None):
         "next_observations": lambda: observations(dataset.next_observations),
         "masks": lambda: 1.0 - dataset.terminals.astype(np.float32),
     }
-    data = {k: jnp.asarray(make(), dtype=jnp.float32) for k, make in makers.items()}
+    data = {k: jnp.asarray(make(), dtype=jnp.int32 if k == "actions" and info.discrete else jnp.float32)
+            for k, make in makers.items()}
     extra = getattr(module, "extra_arrays", None)
     if extra is not None:
         for key, value in extra(dataset, info, config).items():

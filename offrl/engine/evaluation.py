@@ -28,7 +28,8 @@ def policy_fns(module, agents, info: DataInfo):
     if module.__name__ not in _POLICY_FNS:
         one = jax.tree_util.tree_map(lambda x: x[0], agents)
         probe = jax.eval_shape(lambda a: module.q_value(a, np.zeros((1, info.obs_dim), np.float32),
-                                                        np.zeros((1, info.action_dim), np.float32)), one)
+                                                        np.zeros((1, *info.agent_action_shape),
+                                                                 np.int32 if info.discrete else np.float32)), one)
         q_fn = jax.jit(jax.vmap(module.q_value)) if probe is not None else None
         _POLICY_FNS[module.__name__] = (jax.jit(jax.vmap(module.act)), q_fn)
     return _POLICY_FNS[module.__name__]
@@ -41,7 +42,7 @@ def deterministic_policy(module, agents, info: DataInfo, seeds: int):
 
     def act(params, carry, obs, key):
         norm = info.normalize(obs).reshape(seeds, -1, info.obs_dim)
-        actions = np.asarray(act_fn(params, norm)).reshape(len(obs), info.action_dim)
+        actions = np.asarray(act_fn(params, norm)).reshape(len(obs), *info.agent_action_shape)
         return info.to_env_action(actions), carry
 
     return act
@@ -79,7 +80,7 @@ class Evaluator:
             q0 = np.full((S, K), np.nan)
         else:
             obs0 = info.normalize(out["first_observations"]).reshape(S, K, info.obs_dim)
-            act0 = info.to_agent_action(out["first_actions"]).reshape(S, K, info.action_dim)
+            act0 = info.to_agent_action(out["first_actions"]).reshape(S, K, *info.agent_action_shape)
             q0 = np.asarray(self._q(agents, obs0, act0))
         returns = np.asarray(out["return"], np.float64).reshape(S, K)
         score = normalized_score(self.env_id, returns, self.metadata)

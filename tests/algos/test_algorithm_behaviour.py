@@ -49,7 +49,7 @@ def _leaves(tree):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+@pytest.mark.parametrize("name", sorted(n for n, m in ALGORITHMS.items() if getattr(m, "ACTION_SPACE", "") != "discrete"))
 def test_algorithm_behaviour(name, tiny_data, tmp_path):
     module = ALGORITHMS[name]
     config = tiny_config(module)

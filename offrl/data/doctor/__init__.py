@@ -26,13 +26,14 @@ import numpy as np
 
 from offrl.data.dataset import Dataset
 from offrl.data.doctor.render import render, sparkline, summary_markdown, tier_headline, write_report
-from offrl.data.doctor.stats import (_histogram, _stats, action_autocorrelation, action_coverage, action_predictability,
+from offrl.data.doctor.stats import (_histogram, _stats, action_autocorrelation, action_coverage, action_histogram,
+                                     action_predictability,
                                      bimodality, duplicate_transitions, return_order_fit, return_trend, spearman,
                                      state_coverage)
 from offrl.data.doctor.tier import KINDS, TIERS, estimate_tier, kind_of_data, level_of_data, recommend
 
 __all__ = ["inspect_dataset", "render", "write_report", "summary_markdown", "tier_headline", "sparkline",
-           "action_autocorrelation", "action_coverage", "action_predictability", "bimodality", "duplicate_transitions",
+           "action_autocorrelation", "action_coverage", "action_histogram", "action_predictability", "bimodality", "duplicate_transitions",
            "return_order_fit", "return_trend", "spearman", "state_coverage", "estimate_tier", "kind_of_data",
            "level_of_data", "recommend", "KINDS", "TIERS"]
 
@@ -101,6 +102,7 @@ def inspect_dataset(ds: Dataset, env_id: str | None = None, seed: int = 0) -> di
         "episodes_ending_in_terminal": int(ds.terminals[last].sum()),
         "episodes_ending_in_timeout": int(ds.timeouts[last].sum()),
         "action_coverage": coverage,
+        "action_histogram": action_histogram(ds, env_id),
         "action_autocorrelation": None if not np.isfinite(autocorr) else autocorr,
         "action_predictability": {"r2": predictability["r2"], "trend": predictability["trend"]},
         "state_coverage": states,
@@ -128,7 +130,10 @@ def _warnings(r: dict) -> list[str]:
         out.append(f"only {r['episodes']} episodes: return statistics and the tier estimate are rough")
     if r["duplicates"]["fraction"] > 0.01:
         out.append(f"{r['duplicates']['count']} duplicate transitions ({100 * r['duplicates']['fraction']:.1f}%): the data may have been concatenated twice")
-    if r["action_coverage"]["out_of_bounds"]:
+    if r.get("action_histogram") and r["action_histogram"]["unseen_actions"]:
+        out.append(f"discrete actions {r['action_histogram']['unseen_actions']} never appear in the data: a Q-learner's max over them is "
+                   "pure extrapolation; prefer discrete_cql, discrete_bcq or discrete_iql to dqn")
+    if r["action_coverage"]["out_of_bounds"] and not r.get("action_histogram"):
         out.append(f"{r['action_coverage']['out_of_bounds']} actions lie outside the action bounds: clip them before training")
     if r["rewards"]["std"] == 0:
         out.append("every reward is the same: value-based methods cannot learn from it; use BC")

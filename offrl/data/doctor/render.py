@@ -73,16 +73,26 @@ def render(report: dict, console=None) -> None:
     if r["reference_returns"]:
         console.print(f"  reference returns: random {_fmt(r['reference_returns']['random'])}, expert {_fmt(r['reference_returns']['expert'])}")
 
+    ah = r.get("action_histogram")
+    if ah:
+        t = Table(title=f"Discrete actions ({ah['num_actions']}; entropy {ah['entropy']:.2f} of the uniform's 1)")
+        for col in ("action", "count", "fraction"):
+            t.add_column(col, justify="right")
+        t.add_column("", no_wrap=True, min_width=20)
+        for a, (c, f) in enumerate(zip(ah["counts"], ah["fractions"])):
+            t.add_row(str(a), str(c), f"{100 * f:.1f}%", "#" * int(round(30 * f)))
+        console.print(t)
     ac = r["action_coverage"]
     t = Table(title=f"Action coverage (bounds from {ac['bounds_from']}, {ac['bins']} bins, visited = >= {ac['visited_threshold']} actions)")
     for col in ("dim", "low", "high", "mean", "std", "coverage", "at bounds"):
         t.add_column(col, justify="right")
     t.add_column("histogram (low..high)", no_wrap=True, min_width=20)
-    for d in ac["per_dim"][:32]:
+    for d in ([] if ah else ac["per_dim"][:32]):
         j = d["dim"]
         t.add_row(str(j), _fmt(ac["low"][j], 3), _fmt(ac["high"][j], 3), _fmt(d["mean"], 3), _fmt(d["std"], 3),
                   f"{100 * d['coverage']:.0f}%", f"{100 * d['saturated_fraction']:.0f}%", sparkline(d["counts"]))
-    console.print(t)
+    if not ah:
+        console.print(t)
     sc = r["state_coverage"]
     console.print(f"  state coverage: {100 * sc['occupied_fraction']:.0f}% of a {sc['grid']}x{sc['grid']} grid over the first two principal "
                   f"components (explain {100 * sum(sc['explained_variance']):.0f}% of the variance; {sc['dims_for_90pct']} components explain 90%)")

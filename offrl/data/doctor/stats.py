@@ -127,6 +127,22 @@ def action_coverage(ds: Dataset, bins: int = ACTION_BINS) -> dict:
             "out_of_bounds": int(out_of_bounds)}
 
 
+def action_histogram(ds: Dataset, env_id: str | None = None) -> dict | None:
+    """For ``Discrete`` actions (:func:`offrl.data.checks.num_discrete_actions`): the count and
+    fraction of each action, the entropy ``H / log(num_actions)`` in ``[0, 1]`` and the actions
+    never logged; ``None`` for continuous actions."""
+    from offrl.data.checks import num_discrete_actions
+
+    n = num_discrete_actions(ds, env_id)
+    if not n:
+        return None
+    counts = np.bincount(ds.actions.reshape(-1).astype(np.int64), minlength=n)
+    p = counts / max(1, counts.sum())
+    entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum() / np.log(n)) if n > 1 else 0.0
+    return {"num_actions": n, "counts": counts.tolist(), "fractions": p.tolist(), "entropy": entropy,
+            "unseen_actions": np.flatnonzero(counts == 0).tolist()}
+
+
 def state_coverage(ds: Dataset, grid: int | None = None, max_points: int = MAX_PCA_POINTS, seed: int = 0) -> dict:
     """2-D PCA of standardised observations and the occupied fraction of a ``grid x grid`` box.
 
