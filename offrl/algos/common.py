@@ -92,6 +92,26 @@ def td_critic_loss(params, agent, batch: Batch, target: jax.Array):
     return losses.td_loss(q, target), {"q": q.mean()}
 
 
+# ---------------------------------------------------------------------- traced hyperparameters
+def hyperparameter(agent, name: str):
+    """The value of config field ``name`` for ``agent``: its traced per-member value from
+    ``agent.hparams`` when a sweep trains several configurations as one vmapped program
+    (:mod:`offrl.sweep`), otherwise the static ``agent.config`` value.
+
+    An algorithm lists the fields its ``update`` reads through this helper in
+    ``Config.TRACEABLE``; only those may differ between the members of one compiled program.
+    """
+    traced = getattr(agent, "hparams", None)
+    if traced and name in traced:
+        return traced[name]
+    return getattr(agent.config, name)
+
+
+def traceable_fields(config_cls) -> tuple[str, ...]:
+    """Config fields an algorithm reads through :func:`hyperparameter` (``Config.TRACEABLE``)."""
+    return tuple(getattr(config_cls, "TRACEABLE", ()))
+
+
 # ---------------------------------------------------------------------- configs
 def config_fields(config_cls) -> list[str]:
     return [f.name for f in dataclasses.fields(config_cls)]
