@@ -106,8 +106,11 @@ def plan_programs(config_cls, grid: Mapping[str, Sequence], traced: Sequence[str
 
     traceable = traceable_fields(config_cls)
     algo = config_cls.__module__.split(".")[-1]
+    def numeric(name):
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in grid[name])
+
     if traced is None:
-        traced_fields = tuple(f for f in grid if f in traceable)
+        traced_fields = tuple(f for f in grid if f in traceable and numeric(f))
     else:
         traced_fields = tuple(renamed_field(config_cls, f.strip().replace("-", "_")) for f in traced if f.strip())
         for name in traced_fields:
@@ -117,6 +120,8 @@ def plan_programs(config_cls, grid: Mapping[str, Sequence], traced: Sequence[str
                     f"compiles); traceable fields: {', '.join(traceable) or 'none'}. Drop it from --traced to train its values as separate programs.")
             if name not in grid:
                 raise ConfigError(f"--traced {name} is not a --grid field; add --grid {name}=V1,V2,... or drop it from --traced.")
+            if not numeric(name):
+                raise ConfigError(f"--traced {name}: only numbers can be traced, but its values are {grid[name]}; drop the non-numeric values or drop it from --traced.")
     static_fields = tuple(f for f in grid if f not in traced_fields)
     groups: dict[tuple, list] = {}
     for point in configurations(grid):

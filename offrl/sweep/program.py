@@ -62,6 +62,7 @@ def train_program(module, algo: str, data, info, config, points: list[dict], tra
 
     count = len(points)
     members = count * seeds
+    config = dataclasses.replace(config, **{name: points[0][name] for name in traced})  # static branches (e.g. alpha None) follow the grid
     values = {name: [p[name] for p in points] for name in traced}
     agents, data_keys = member_agents(module, config, info, values, seed, seeds)
     if devices:
