@@ -48,6 +48,12 @@ def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] |
     if not parsed:
         raise ConfigError("offrl sweep needs at least one --grid FIELD=V1,V2,...; e.g. --grid expectile=0.7,0.9.")
     plan = plan_programs(module.Config, parsed, traced)
+    if devices is not None:
+        from offrl.engine.sharding import check_divisible, seed_mesh
+
+        seed_mesh(devices)
+        for program in plan.programs:
+            check_divisible(len(program.members) * int(seeds), devices)
     folder = Path(out) if out is not None else None
     if folder is not None and (folder / "sweep.json").exists():
         raise ConfigError(f"sweep folder {folder} already holds a sweep (sweep.json); choose another --out.")
