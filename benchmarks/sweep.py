@@ -34,6 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's offrl, also in the subprocesses (cwd=ROOT)
+
 GRID = {"expectile": [0.6, 0.7, 0.8, 0.9], "awr_inverse_temperature": [1.0, 3.0, 10.0]}
 SEEDS = 3
 
@@ -111,7 +114,7 @@ def time_processes(args, overrides) -> dict:
     grid = [x for k, v in GRID.items() for x in ("--grid", f"{k}={','.join(map(str, v))}")]
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "offrl", "sweep", "--algo", "iql", *grid, "--seeds", str(SEEDS),
-                    "--out", str(folder / "sweep"), *common], check=True, capture_output=True)
+                    "--out", str(folder / "sweep"), *common], check=True, capture_output=True, cwd=ROOT)
     sweep_s = time.perf_counter() - t0
     from offrl.sweep.grid import configurations
 
@@ -122,7 +125,7 @@ def time_processes(args, overrides) -> dict:
     for i, (p, s) in enumerate(chosen):
         subprocess.run([sys.executable, "-m", "offrl", "train", "--algo", "iql", "--seed", "0", "--seeds", "1",
                         *[x for k, v in p.items() for x in ("--set", f"{k}={v}")], "--out", str(folder / f"run{i}"), *common],
-                       check=True, capture_output=True)
+                       check=True, capture_output=True, cwd=ROOT)
     each = (time.perf_counter() - t0) / len(chosen)
     return {"sweep_s": sweep_s, "process_s": each, "processes_timed": len(chosen), "processes_total_s": each * len(members)}
 

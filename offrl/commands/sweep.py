@@ -28,6 +28,13 @@ def register(subparsers) -> None:
     p.add_argument("--env", default=None, help="Gymnasium id for evaluation (default: the dataset's env_id)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="fixed config override for every configuration (repeatable)")
     p.add_argument("--devices", type=int, default=None, help="shard the members over this many devices (default: one)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local: programs one after another here (default); ray: one Ray Tune trial per configuration (needs offrl[sweep])")
+    p.add_argument("--address", default=None, help="Ray cluster to join (HOST:PORT or auto; default: start Ray on this machine)")
+    p.add_argument("--search", choices=("grid", "random", "optuna"), default="grid",
+                   help="Ray search: every grid point, or --num-samples draws (random/optuna; FIELD=LOW:HIGH[:log] ranges allowed)")
+    p.add_argument("--scheduler", choices=("fifo", "asha"), default=None, help="Ray scheduler; asha stops poor trials early on the evaluation score")
+    p.add_argument("--num-samples", type=int, default=10, help="trials drawn by --search random/optuna (default 10)")
     p.add_argument("--out", default=None, help="sweep folder (default sweeps/<algo>-<dataset>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -45,6 +52,7 @@ def run(args) -> int:
     result = sweep(algo=args.algo, dataset=args.dataset, grid=args.grid, seeds=args.seeds, steps=args.steps, seed=args.seed,
                    eval_every=args.eval_every, eval_episodes=args.eval_episodes, out=out,
                    config_overrides=parse_set(args.set), env=args.env, traced=traced, log_every=args.log_every,
-                   devices=args.devices, progress=not args.no_progress)
+                   devices=args.devices, progress=not args.no_progress, backend=args.backend, address=args.address,
+                   search=args.search, scheduler=args.scheduler, num_samples=args.num_samples)
     result.print_table()
     return 0

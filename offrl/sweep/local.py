@@ -24,12 +24,16 @@ def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] |
           steps: int = 100_000, seed: int = 0, eval_every: int = 10_000, eval_episodes: int = 10,
           out: str | Path | None = None, config_overrides: Mapping[str, Any] | None = None, env: str | None = None,
           traced: Sequence[str] | None = None, log_every: int = 1000, devices: int | None = None,
-          progress: bool = True, echo=print) -> SweepResult:
+          progress: bool = True, echo=print, backend: str = "local", address: str | None = None,
+          search: str = "grid", scheduler: str | None = None, num_samples: int = 1,
+          ray_cpus: int | None = None) -> SweepResult:
     """Train every configuration of ``grid`` with ``seeds`` seeds; write one run folder per
     configuration under ``out`` plus ``sweep.json``/``sweep.csv`` (and ``heatmap.png`` for a
     2-D grid). ``grid`` is ``{field: values}`` or ``["field=v1,v2", ...]``; fields in the
     algorithm's ``Config.TRACEABLE`` are traced (one program), others split programs
-    (``traced`` restricts/validates the traced set)."""
+    (``traced`` restricts/validates the traced set). ``backend="ray"`` runs each configuration
+    as a Ray Tune trial instead (:mod:`offrl.sweep.ray_backend`: ``address``, ``search``,
+    ``scheduler``, ``num_samples``)."""
     import dataclasses
 
     from offrl.algos import get_algorithm
@@ -44,6 +48,15 @@ def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] |
         if int(value) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} is {value}; it must be a positive integer.")
     items = list(grid) if not isinstance(grid, Mapping) else [f"{k}={';'.join(_text(v) for v in vs)}" for k, vs in grid.items()]
+    if backend == "ray":
+        from offrl.sweep.ray_backend import ray_sweep
+
+        return ray_sweep(algo, dataset, items, search=search, scheduler=scheduler, num_samples=num_samples,
+                         address=address, num_cpus=ray_cpus, out=out, config_overrides=config_overrides, echo=echo,
+                         steps=int(steps), seeds=int(seeds), seed=int(seed), eval_every=int(eval_every),
+                         eval_episodes=int(eval_episodes), log_every=int(log_every), env=env)
+    if backend != "local":
+        raise ConfigError(f"--backend {backend!r} is not one of local, ray.")
     parsed = parse_grid(module.Config, items, config_overrides)
     if not parsed:
         raise ConfigError("offrl sweep needs at least one --grid FIELD=V1,V2,...; e.g. --grid expectile=0.7,0.9.")
@@ -82,6 +95,35 @@ def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] |
     if folder is not None:
         result.write(folder)
     return result
+
+
+def train_configuration(algo: str, dataset: Any, point: Mapping[str, Any], config_overrides: Mapping | None,
+                        folder: Path | None, *, steps: int, seeds: int, seed: int, eval_every: int, eval_episodes: int,
+                        log_every: int, env: str | None = None, on_evaluation=None):
+    """One configuration (``config_overrides`` then ``point``) x ``seeds`` as one vmapped
+    program into ``folder`` (a Ray trial's body); returns its :class:`offrl.engine.Run`."""
+    import dataclasses
+
+    from offrl.algos import get_algorithm
+    from offrl.algos.common import apply_overrides
+    from offrl.engine.data import prepare_data
+    from offrl.engine.run import references
+    from offrl.engine.training import _describe_dataset, _load_dataset
+    from offrl.sweep.program import train_program
+
+    module = get_algorithm(algo)
+    config = apply_overrides(apply_overrides(module.Config(), config_overrides), dict(point))
+    if hasattr(config, "schedule_steps") and config.schedule_steps is None:
+        config = dataclasses.replace(config, schedule_steps=int(steps))
+    ds = _load_dataset(dataset)
+    env_id = env or ds.metadata.get("env_id")
+    settings = dict(dataset=_describe_dataset(ds, dataset), env=env_id, steps=int(steps), seeds=int(seeds),
+                    seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
+                    log_every=int(log_every), transitions=len(ds), references=references(env_id, ds.metadata))
+    data, info = prepare_data(ds, config, env_id, module)
+    return train_program(module, algo, data, info, config, [dict(point)], (), [folder], settings, steps=int(steps),
+                         seeds=int(seeds), seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
+                         log_every=int(log_every), env_id=env_id, on_evaluation=on_evaluation)[0]
 
 
 def _backend_program(module, algo, data, info, config, points, traced, folders, settings, *, progress, **kw):

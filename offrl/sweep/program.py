@@ -55,9 +55,11 @@ def configuration_slice(agents, index: int, seeds: int):
 def train_program(module, algo: str, data, info, config, points: list[dict], traced: Sequence[str],
                   folders: list[Path | None], settings: dict, *, steps: int, seeds: int, seed: int,
                   eval_every: int, eval_episodes: int, log_every: int, env_id: str | None,
-                  progress=None, devices: int | None = None) -> list[Run]:
+                  progress=None, devices: int | None = None, on_evaluation=None) -> list[Run]:
     """Train ``points`` (configurations differing only in ``traced`` fields) x ``seeds`` as one
-    program; returns one :class:`Run` per configuration, written to ``folders``."""
+    program; returns one :class:`Run` per configuration, written to ``folders``.
+    ``on_evaluation(step, rows)`` receives each evaluation's metric rows (one per member; a
+    Ray Tune trial reports them, and its scheduler may stop the trial there)."""
     import jax
 
     count = len(points)
@@ -107,6 +109,8 @@ def train_program(module, algo: str, data, info, config, points: list[dict], tra
                 log.add(rows[c * seeds:(c + 1) * seeds])
             if step % eval_every == 0 or step == steps:
                 _save_all(folders, agents, data_keys, step, seeds)
+            if evaluated and on_evaluation is not None:
+                on_evaluation(step, rows)
             if progress is not None:
                 progress(n, members, elapsed)
     finally:

@@ -82,7 +82,7 @@ class SweepResult:
         best = self.best
         for r in self.results:
             cell = "-" if not math.isfinite(r.mean) else f"{r.mean:.2f} ± {r.std:.2f}"
-            table.add_row(*(str(r.point[k]) for k in self.grid), cell, r.folder.name if r.folder else "-",
+            table.add_row(*(_cell(r.point.get(k)) for k in self.grid), cell, r.folder.name if r.folder else "-",
                           style="bold green" if r is best else None)
         console.print(table)
         if best is None:
@@ -102,7 +102,8 @@ def heatmap(result: SweepResult, path: Path) -> Path:
     rows, cols = result.grid[rows_name], result.grid[cols_name]
     values = np.full((len(rows), len(cols)), np.nan)
     for r in result.results:
-        values[rows.index(r.point[rows_name]), cols.index(r.point[cols_name])] = r.mean
+        if r.point.get(rows_name) in rows and r.point.get(cols_name) in cols:
+            values[rows.index(r.point[rows_name]), cols.index(r.point[cols_name])] = r.mean
     fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 2.5, 0.8 * len(rows) + 2))
     image = ax.imshow(values, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(cols)), [str(c) for c in cols])
@@ -119,6 +120,10 @@ def heatmap(result: SweepResult, path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _cell(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _json(value):
