@@ -24,7 +24,7 @@ import optax
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, learning_rate_scale, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, Interval, LEARNING_RATE, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, ValueNet, gaussian_log_prob
 
@@ -51,7 +51,8 @@ class Config:
     reward_bias: float = param(0.0, ANY_REAL)  #: added to rewards after scaling (AntMaze uses -1)
 
     RENAMED: ClassVar[dict[str, str]] = {"temperature": "awr_inverse_temperature"}
-    TRACEABLE: ClassVar[tuple[str, ...]] = ("discount", "expectile", "awr_inverse_temperature", "max_weight", "tau")
+    TRACEABLE: ClassVar[tuple[str, ...]] = ("discount", "expectile", "awr_inverse_temperature", "max_weight", "tau",
+                                            "actor_lr", "critic_lr", "value_lr")
 
 
 class Agent(flax.struct.PyTreeNode):
@@ -110,10 +111,13 @@ def actor_loss(params, agent: Agent, batch: Batch, advantages):
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     target_q = agent.critic.apply_fn(agent.target_critic_params, batch.observations, batch.actions).min(0)
     next_v = agent.value.apply_fn(agent.value.params, batch.next_observations)
-    value, v_loss, v_aux = apply_gradients_with_loss(agent.value, value_loss, agent, batch, target_q)
+    value, v_loss, v_aux = apply_gradients_with_loss(agent.value, value_loss, agent, batch, target_q,
+                                                     lr_scale=learning_rate_scale(agent, "value_lr"))
     v = jax.lax.stop_gradient(v_aux["v"])
-    actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, target_q - v)
-    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, next_v)
+    actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, target_q - v,
+                                                     lr_scale=learning_rate_scale(agent, "actor_lr"))
+    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, next_v,
+                                                      lr_scale=learning_rate_scale(agent, "critic_lr"))
     agent = agent.replace(
         actor=actor, critic=critic, value=value,
         target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, hyperparameter(agent, "tau")),

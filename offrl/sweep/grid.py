@@ -3,9 +3,10 @@
 A configuration is one point of the Cartesian product of the grid. Fields listed in the
 algorithm's ``Config.TRACEABLE`` (read by ``update`` through
 :func:`offrl.algos.common.hyperparameter`) become traced per-member values, so every
-configuration that differs only in them trains in ONE vmapped, compiled program. Any other
-field (network widths, batch size, learning rates baked into the optimiser) is fixed when a
-program compiles: configurations differing in it train as separate programs.
+configuration that differs only in them trains in ONE vmapped, compiled program (a traced
+learning rate scales the optimiser's step: :func:`offrl.algos.common.learning_rate_scale`).
+Any other field (network widths, batch size, anything read when the agent is built) is fixed
+when a program compiles: configurations differing in it train as separate programs.
 
 Example::
 
@@ -92,7 +93,7 @@ class Plan:
         traced = ", ".join(self.traced) or "nothing"
         if not self.static:
             return f"{n} configurations in 1 vmapped program (traced: {traced})."
-        return (f"{', '.join(self.static)} fixed when a program compiles (shapes/optimiser): "
+        return (f"{', '.join(self.static)} fixed when a program compiles (array shapes or build-time settings): "
                 f"{n} configurations train as {len(self.programs)} separate programs (traced within each: {traced}).")
 
 

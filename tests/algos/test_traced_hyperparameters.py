@@ -15,7 +15,7 @@ from offrl.algos.common import Batch, traceable_fields
 #: a valid value different from every algorithm's default, per traceable field
 OTHER_VALUE = {"discount": 0.5, "tau": 0.3, "expectile": 0.95, "awr_inverse_temperature": 0.5, "max_weight": 1.05,
                "policy_noise": 0.9, "noise_clip": 0.05, "alpha": 0.3, "cql_alpha": 0.5, "logsumexp_temperature": 3.0,
-               "target_action_gap": 1.0}
+               "target_action_gap": 1.0, "actor_lr": 1e-2, "critic_lr": 1e-2, "value_lr": 1e-2}
 BASE = {"cql": {"lagrange": True}, "cal_ql": {"lagrange": True},  # so target_action_gap is used
         "td3": {"alpha": 2.5}}  # plain TD3 (alpha None) has no BC term to weight
 
