@@ -106,7 +106,7 @@ def td_critic_loss(params, agent, batch: Batch, target: jax.Array):
 def hyperparameter(agent, name: str):
     """The value of config field ``name`` for ``agent``: its traced per-member value from
     ``agent.hparams`` when a sweep trains several configurations as one vmapped program
-    (:mod:`offrl.sweep`), otherwise the static ``agent.config`` value.
+    (:mod:`offrl.sweeps`), otherwise the static ``agent.config`` value.
 
     An algorithm lists the fields its ``update`` reads through this helper in
     ``Config.TRACEABLE``; only those may differ between the members of one compiled program.

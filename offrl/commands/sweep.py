@@ -1,4 +1,4 @@
-"""``offrl sweep``: a hyperparameter grid x seeds, traced fields in one vmapped program (see offrl.sweep)."""
+"""``offrl sweep``: a hyperparameter grid x seeds, traced fields in one vmapped program (see offrl.sweeps)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from offrl.envs import check_env_id
-    from offrl.sweep import sweep
+    from offrl.sweeps import sweep
 
     check_env_id(args.env)
     out = args.out or f"sweeps/{args.algo}-{Path(str(args.dataset)).stem}"

@@ -1,6 +1,6 @@
 """Traced hyperparameters: every field in an algorithm's ``Config.TRACEABLE`` given through
 ``agent.hparams`` changes one update exactly as the same value in the static config does
-(the contract :mod:`offrl.sweep` relies on to train a grid as one vmapped program)."""
+(the contract :mod:`offrl.sweeps` relies on to train a grid as one vmapped program)."""
 
 import dataclasses
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from conftest import TINY
+TINY = {"hidden_dims": "16,16", "batch_size": "16"}
 from offrl.errors import ConfigError
-from offrl.sweep.ray_backend import split_ranges
+from offrl.sweeps.ray_backend import split_ranges
 
 ray = pytest.importorskip("ray")
 
@@ -42,7 +42,7 @@ def test_unreachable_address_is_one_line_not_a_hang(tmp_path, address, words):
 def test_ray_trials_on_two_local_workers(pendulum_tiny, tmp_path):
     """2 configurations x 2 seeds as 2 Ray trials (each a vmapped group), ASHA on the score."""
     from offrl.engine import load_run
-    from offrl.sweep import sweep
+    from offrl.sweeps import sweep
 
     try:
         result = sweep("iql", pendulum_tiny, grid={"expectile": [0.6, 0.9]}, seeds=2, steps=4, eval_every=2, eval_episodes=1,

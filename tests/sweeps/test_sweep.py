@@ -8,10 +8,10 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import TINY
+TINY = {"hidden_dims": "16,16", "batch_size": "16"}
 from offrl.algos import iql
 from offrl.errors import ConfigError
-from offrl.sweep.grid import configurations, folder_name, parse_grid, plan_programs
+from offrl.sweeps.grid import configurations, folder_name, parse_grid, plan_programs
 
 STEPS = 12
 
@@ -57,7 +57,7 @@ def _params(agent):
 
 @pytest.fixture(scope="module")
 def swept(pendulum_tiny, tmp_path_factory):
-    from offrl.sweep import sweep
+    from offrl.sweeps import sweep
 
     out = tmp_path_factory.mktemp("sweep") / "iql"
     result = sweep("iql", pendulum_tiny, grid={"expectile": [0.6, 0.9], "awr_inverse_temperature": [3.0]}, seeds=2,
@@ -92,7 +92,7 @@ def test_each_member_equals_its_single_run(swept, pendulum_tiny):
 
 
 def test_sweep_folder_holds_results_and_refuses_to_overwrite(swept, pendulum_tiny):
-    from offrl.sweep import sweep
+    from offrl.sweeps import sweep
 
     result, out = swept
     record = json.loads((out / "sweep.json").read_text())

@@ -7,7 +7,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
 from pendulum_data import make_pendulum_dataset  # noqa: E402
 
-TINY = {"hidden_dims": "16,16", "batch_size": "16"}
+
 
 
 @pytest.fixture(scope="session")

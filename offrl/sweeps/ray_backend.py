@@ -117,8 +117,8 @@ def _trial(space_point: dict, *, algo, dataset, base_overrides, settings_kw, out
     import numpy as np
     from ray import tune
 
-    from offrl.sweep.grid import folder_name
-    from offrl.sweep.local import train_configuration
+    from offrl.sweeps.grid import folder_name
+    from offrl.sweeps.local import train_configuration
 
     point = {k: (tuple(v) if isinstance(v, list) else v) for k, v in space_point.items()}
     name = folder_name(point) + ("" if unique_folders is False else f"_{tune.get_context().get_trial_id()}")
@@ -137,12 +137,12 @@ def _trial(space_point: dict, *, algo, dataset, base_overrides, settings_kw, out
 def ray_sweep(algo: str, dataset: Any, items: Sequence[str], *, search: str = "grid", scheduler: str | None = None,
               num_samples: int = 1, address: str | None = None, num_cpus: int | None = None, cpus_per_trial: float = 1.0,
               out: str | Path | None = None, config_overrides: Mapping | None = None, echo=print, **settings_kw):
-    """Run the sweep as Ray Tune trials; returns a :class:`offrl.sweep.report.SweepResult`."""
+    """Run the sweep as Ray Tune trials; returns a :class:`offrl.sweeps.report.SweepResult`."""
     import time
 
     from offrl.algos import get_algorithm
-    from offrl.sweep.grid import parse_grid
-    from offrl.sweep.report import ConfigurationResult, SweepResult
+    from offrl.sweeps.grid import parse_grid
+    from offrl.sweeps.report import ConfigurationResult, SweepResult
 
     if search not in ("grid", "random", "optuna"):
         raise ConfigError(f"--search {search!r} is not one of grid, random, optuna.")

@@ -2,7 +2,7 @@
 
 Example::
 
-    result = offrl.sweep("iql", "pendulum-medium-v0",
+    result = offrl.sweeps("iql", "pendulum-medium-v0",
                          grid={"expectile": [0.6, 0.7, 0.8, 0.9], "awr_inverse_temperature": [1, 3, 10]},
                          seeds=3, steps=100_000, out="sweeps/iql")
     result.best          # the configuration with the highest mean final score
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from offrl.errors import ConfigError
-from offrl.sweep.grid import folder_name, parse_grid, plan_programs
-from offrl.sweep.report import SweepResult, configuration_result
+from offrl.sweeps.grid import folder_name, parse_grid, plan_programs
+from offrl.sweeps.report import SweepResult, configuration_result
 
 
 def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] | Sequence[str] = (), seeds: int = 3,
@@ -32,7 +32,7 @@ def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] |
     2-D grid). ``grid`` is ``{field: values}`` or ``["field=v1,v2", ...]``; fields in the
     algorithm's ``Config.TRACEABLE`` are traced (one program), others split programs
     (``traced`` restricts/validates the traced set). ``backend="ray"`` runs each configuration
-    as a Ray Tune trial instead (:mod:`offrl.sweep.ray_backend`: ``address``, ``search``,
+    as a Ray Tune trial instead (:mod:`offrl.sweeps.ray_backend`: ``address``, ``search``,
     ``scheduler``, ``num_samples``)."""
     import dataclasses
 
@@ -49,7 +49,7 @@ def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] |
             raise ConfigError(f"--{name.replace('_', '-')} is {value}; it must be a positive integer.")
     items = list(grid) if not isinstance(grid, Mapping) else [f"{k}={';'.join(_text(v) for v in vs)}" for k, vs in grid.items()]
     if backend == "ray":
-        from offrl.sweep.ray_backend import ray_sweep
+        from offrl.sweeps.ray_backend import ray_sweep
 
         return ray_sweep(algo, dataset, items, search=search, scheduler=scheduler, num_samples=num_samples,
                          address=address, num_cpus=ray_cpus, out=out, config_overrides=config_overrides, echo=echo,
@@ -109,7 +109,7 @@ def train_configuration(algo: str, dataset: Any, point: Mapping[str, Any], confi
     from offrl.engine.data import prepare_data
     from offrl.engine.run import references
     from offrl.engine.training import _describe_dataset, _load_dataset
-    from offrl.sweep.program import train_program
+    from offrl.sweeps.program import train_program
 
     module = get_algorithm(algo)
     config = apply_overrides(apply_overrides(module.Config(), config_overrides), dict(point))
@@ -127,7 +127,7 @@ def train_configuration(algo: str, dataset: Any, point: Mapping[str, Any], confi
 
 
 def _backend_program(module, algo, data, info, config, points, traced, folders, settings, *, progress, **kw):
-    from offrl.sweep.program import train_program
+    from offrl.sweeps.program import train_program
 
     bar = _Bar(progress, kw["steps"], f"{algo} {len(points)} configs x {kw['seeds']} seeds")
     try:
