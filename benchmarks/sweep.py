@@ -4,7 +4,7 @@ The grid is the issue's: ``expectile in {0.6, 0.7, 0.8, 0.9}`` x ``awr_inverse_t
 {1, 3, 10}``, 3 seeds each: 36 members. On HalfCheetah-shaped random transitions (obs 17,
 action 6) it prints
 
-1. steady-state time per update of the 36-member program (offrl.sweep.program's member agents,
+1. steady-state time per update of the 36-member program (offrl.sweeps.program's member agents,
    the engine's Trainer) against the SUM of the 36 members' single-seed times per update (each
    configuration's single-seed program timed; the 3 seeds of a configuration cost the same).
    Rounds alternate (program chunk, then each configuration's chunk) so other people's load
@@ -61,8 +61,8 @@ def time_per_update(args, overrides) -> dict:
     from offrl.algos import iql
     from offrl.algos.common import apply_overrides
     from offrl.engine import Trainer, create_agents, prepare_data
-    from offrl.sweep.grid import configurations
-    from offrl.sweep.program import member_agents
+    from offrl.sweeps.grid import configurations
+    from offrl.sweeps.program import member_agents
 
     dataset = synthetic_dataset(args.transitions)
     config = dataclasses.replace(apply_overrides(iql.Config(), overrides), schedule_steps=1_000_000)
@@ -116,7 +116,7 @@ def time_processes(args, overrides) -> dict:
     subprocess.run([sys.executable, "-m", "offrl", "sweep", "--algo", "iql", *grid, "--seeds", str(SEEDS),
                     "--out", str(folder / "sweep"), *common], check=True, capture_output=True, cwd=ROOT)
     sweep_s = time.perf_counter() - t0
-    from offrl.sweep.grid import configurations
+    from offrl.sweeps.grid import configurations
 
     members = [(p, s) for p in configurations(GRID) for s in range(SEEDS)]
     step = max(1, len(members) // args.processes)
