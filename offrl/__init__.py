@@ -32,6 +32,7 @@ _EXPORTS = {
     "load_numpy_policy": ("offrl.policy", "load_numpy_policy"),
     "measure_throughput": "offrl.engine",
     "finetune": ("offrl.finetuning", "finetune"),
+    "sweep": ("offrl.sweeps", "sweep"),
     "FinetuneConfig": ("offrl.finetuning", "FinetuneConfig"),
     "ALGORITHMS": ("offrl.algos", "ALGORITHMS"),
     "run_benchmark": ("offrl.benchmark", "run_benchmark"),

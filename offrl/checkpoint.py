@@ -96,10 +96,25 @@ def load_checkpoint(path: str | Path, target: Any) -> Any:
     raw = serialization.msgpack_restore(path.read_bytes())
     if isinstance(target, dict) and isinstance(raw, dict):  # e.g. a fine-tuning checkpoint also holds its buffers
         raw = {k: v for k, v in raw.items() if k in target}
+    raw = _fill_empty_fields(serialization.to_state_dict(target), raw)
     try:
         return serialization.from_state_dict(target, raw)
     except (ValueError, KeyError) as exc:
         raise OffrlError(f"checkpoint {path} does not match this algorithm/config ({exc}); resume with the run's own config.json.") from None
+
+
+def _fill_empty_fields(target_state, raw):
+    """Restore as empty the fields that ``target`` holds empty but ``raw`` lacks: fields added to a
+    pytree with an empty default after the checkpoint was written (an agent's ``hparams``)."""
+    if not isinstance(target_state, dict) or not isinstance(raw, dict):
+        return raw
+    out = dict(raw)
+    for key, value in target_state.items():
+        if key not in out and isinstance(value, dict) and not value:
+            out[key] = {}
+        elif key in out:
+            out[key] = _fill_empty_fields(value, out[key])
+    return out
 
 
 def _to_numpy(tree):

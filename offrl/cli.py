@@ -21,6 +21,7 @@ COMMANDS = (
     "quickstart",
     "inspect",
     "train",
+    "sweep",
     "finetune",
     "evaluate",
     "plot",

@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,6 +45,9 @@ class Config(cql.Config):
     """Cal-QL hyperparameters: CQL's fields (see :class:`offrl.algos.cql.Config`) with the bound on."""
 
     calibrated: bool = param(True, BOOL)  #: lower-bound the policy-action Q-values by the data's MC return
+
+    #: CQL's traced fields but ``discount``: the MC returns are computed with it when the data is prepared
+    TRACEABLE: ClassVar[tuple[str, ...]] = tuple(f for f in cql.Config.TRACEABLE if f != "discount")
 
 
 def extra_arrays(dataset, info, config) -> dict[str, np.ndarray]:

@@ -64,10 +64,20 @@ def make_train_state(module, params, learning_rate, max_grad_norm: float | None 
     return TrainState.create(apply_fn=module.apply, params=params, tx=tx)
 
 
-def apply_gradients_with_loss(state: TrainState, loss_fn, *args):
-    """One ``jax.value_and_grad`` over ``loss_fn(params, *args) -> (loss, aux)`` and one Adam step."""
+def apply_gradients_with_loss(state: TrainState, loss_fn, *args, lr_scale=None):
+    """One ``jax.value_and_grad`` over ``loss_fn(params, *args) -> (loss, aux)`` and one Adam step.
+
+    ``lr_scale`` (from :func:`learning_rate_scale`) multiplies the step: Adam's update is linear
+    in its learning rate (and in a cosine schedule's initial value), so scaling the update of an
+    optimiser built with ``lr`` by ``lr' / lr`` is the step an optimiser built with ``lr'`` takes.
+    """
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, *args)
-    return state.apply_gradients(grads=grads), loss, aux
+    if lr_scale is None:
+        return state.apply_gradients(grads=grads), loss, aux
+    updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
+    updates = jax.tree_util.tree_map(lambda u: u * lr_scale, updates)
+    return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                         opt_state=opt_state), loss, aux
 
 
 def scalar_train_state(initial_value: float, learning_rate: float) -> TrainState:
@@ -90,6 +100,35 @@ def td_critic_loss(params, agent, batch: Batch, target: jax.Array):
     ensemble critic at ``params``; ``target`` is built by the caller from its target networks."""
     q = agent.critic.apply_fn(params, batch.observations, batch.actions)
     return losses.td_loss(q, target), {"q": q.mean()}
+
+
+# ---------------------------------------------------------------------- traced hyperparameters
+def hyperparameter(agent, name: str):
+    """The value of config field ``name`` for ``agent``: its traced per-member value from
+    ``agent.hparams`` when a sweep trains several configurations as one vmapped program
+    (:mod:`offrl.sweeps`), otherwise the static ``agent.config`` value.
+
+    An algorithm lists the fields its ``update`` reads through this helper in
+    ``Config.TRACEABLE``; only those may differ between the members of one compiled program.
+    """
+    traced = getattr(agent, "hparams", None)
+    if traced and name in traced:
+        return traced[name]
+    return getattr(agent.config, name)
+
+
+def learning_rate_scale(agent, name: str):
+    """``traced / static`` value of the learning-rate field ``name`` when a sweep traces it,
+    else ``None`` (no scaling): the ``lr_scale`` of :func:`apply_gradients_with_loss`."""
+    traced = getattr(agent, "hparams", None)
+    if traced and name in traced:
+        return traced[name] / getattr(agent.config, name)
+    return None
+
+
+def traceable_fields(config_cls) -> tuple[str, ...]:
+    """Config fields an algorithm reads through :func:`hyperparameter` (``Config.TRACEABLE``)."""
+    return tuple(getattr(config_cls, "TRACEABLE", ()))
 
 
 # ---------------------------------------------------------------------- configs

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, scalar_train_state
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, scalar_train_state
 from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_log_prob, tanh_gaussian_sample
 
@@ -89,6 +89,7 @@ class Config:
 
     RENAMED: ClassVar[dict[str, str]] = {"temperature_lr": "entropy_alpha_lr", "cql_temperature": "logsumexp_temperature",
                                          "initial_temperature": "initial_entropy_alpha"}
+    TRACEABLE: ClassVar[tuple[str, ...]] = ("discount", "tau", "cql_alpha", "logsumexp_temperature", "target_action_gap")
 
 
 class Agent(flax.struct.PyTreeNode):
@@ -100,6 +101,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced Config.TRACEABLE values of a sweep (else empty)
 
 
 def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
@@ -129,9 +131,10 @@ def calibrate(q_ood: jax.Array, lower_bound: jax.Array, n_uniform: int) -> jax.A
     return jnp.concatenate([q_ood[..., :n_uniform], bounded], axis=-1)
 
 
-def penalty_weight(cfg: Config, step: jax.Array) -> jax.Array:
-    """``cql_alpha * exp(-cql_alpha_decay * max(0, step - decay_start_step))`` (constant when the decay is 0)."""
-    return cfg.cql_alpha * jnp.exp(-cfg.cql_alpha_decay * jnp.maximum(step - cfg.decay_start_step, 0))
+def penalty_weight(cfg: Config, step: jax.Array, cql_alpha=None) -> jax.Array:
+    """``cql_alpha * exp(-cql_alpha_decay * max(0, step - decay_start_step))`` (constant when the decay is 0);
+    ``cql_alpha`` defaults to ``cfg.cql_alpha`` (a sweep passes its traced value)."""
+    return (cfg.cql_alpha if cql_alpha is None else cql_alpha) * jnp.exp(-cfg.cql_alpha_decay * jnp.maximum(step - cfg.decay_start_step, 0))
 
 
 def critic_loss(params, agent: Agent, batch: Batch, target, ood_actions, ood_log_densities):
@@ -150,14 +153,15 @@ def critic_loss(params, agent: Agent, batch: Batch, target, ood_actions, ood_log
     if not cfg.importance_sampling:
         q_ood = jnp.concatenate([q_ood, q_data[:, :, None]], axis=-1)
         ood_log_densities = jnp.zeros(q_ood.shape[1:])
-    lse = losses.importance_logsumexp(q_ood, ood_log_densities, cfg.logsumexp_temperature)
+    lse = losses.importance_logsumexp(q_ood, ood_log_densities, hyperparameter(agent, "logsumexp_temperature"))
+    weight = penalty_weight(cfg, agent.step, hyperparameter(agent, "cql_alpha"))
     gaps = jnp.stack([losses.cql_penalty(lse[k], q_data[k]) for k in range(cfg.num_qs)])
     td = losses.td_loss(q_data, target)
     if cfg.lagrange:
         cql_alpha = jnp.clip(jnp.exp(jax.lax.stop_gradient(agent.log_cql_alpha.params["value"])), 0.0, 1e6)
-        penalty = jnp.sum(cql_alpha * (penalty_weight(cfg, agent.step) * gaps - cfg.target_action_gap))
+        penalty = jnp.sum(cql_alpha * (weight * gaps - hyperparameter(agent, "target_action_gap")))
     else:
-        penalty = penalty_weight(cfg, agent.step) * jnp.sum(gaps)
+        penalty = weight * jnp.sum(gaps)
     return td + penalty, {"td_loss": td, "cql_gap": gaps.mean(), "q": q_data.mean(), "q_ood_lse": lse.mean(), **aux}
 
 
@@ -179,7 +183,8 @@ def entropy_alpha_loss(params, log_probs, target_entropy):
 
 def cql_alpha_loss(params, agent: Agent, gaps):
     cql_alpha = jnp.clip(jnp.exp(params["value"]), 0.0, 1e6)
-    return -0.5 * jnp.sum(cql_alpha * (penalty_weight(agent.config, agent.step) * gaps - agent.config.target_action_gap)), {}
+    weight = penalty_weight(agent.config, agent.step, hyperparameter(agent, "cql_alpha"))
+    return -0.5 * jnp.sum(cql_alpha * (weight * gaps - hyperparameter(agent, "target_action_gap"))), {}
 
 
 # ---------------------------------------------------------------------- update
@@ -208,7 +213,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     rng, ood_key, actor_key = jax.random.split(agent.rng, 3)
     ood_actions, ood_log_densities, next_actions = _sample_ood(agent, batch, ood_key)
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
-    target = batch.rewards + cfg.discount * batch.masks * next_q
+    target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
     actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, actor_key)
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target,
                                                       ood_actions, ood_log_densities)
@@ -221,12 +226,12 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
         log_cql_alpha, _, _ = apply_gradients_with_loss(agent.log_cql_alpha, cql_alpha_loss, agent, gaps)
     agent = agent.replace(
         actor=actor, critic=critic, log_entropy_alpha=log_entropy_alpha, log_cql_alpha=log_cql_alpha,
-        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, cfg.tau),
+        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, hyperparameter(agent, "tau")),
         rng=rng, step=agent.step + 1,
     )
     metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "entropy_alpha_loss": t_loss,
                "entropy_alpha": jnp.exp(log_entropy_alpha.params["value"]), "entropy": -a_aux["log_probs"].mean(),
-               "cql_alpha": jnp.exp(log_cql_alpha.params["value"]) if cfg.lagrange else penalty_weight(cfg, agent.step - 1),
+               "cql_alpha": jnp.exp(log_cql_alpha.params["value"]) if cfg.lagrange else penalty_weight(cfg, agent.step - 1, hyperparameter(agent, "cql_alpha")),
                **c_aux}
     return agent, metrics
 

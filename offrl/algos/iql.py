@@ -24,7 +24,7 @@ import optax
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, learning_rate_scale, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, Interval, LEARNING_RATE, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, ValueNet, gaussian_log_prob
 
@@ -51,6 +51,8 @@ class Config:
     reward_bias: float = param(0.0, ANY_REAL)  #: added to rewards after scaling (AntMaze uses -1)
 
     RENAMED: ClassVar[dict[str, str]] = {"temperature": "awr_inverse_temperature"}
+    TRACEABLE: ClassVar[tuple[str, ...]] = ("discount", "expectile", "awr_inverse_temperature", "max_weight", "tau",
+                                            "actor_lr", "critic_lr", "value_lr")
 
 
 class Agent(flax.struct.PyTreeNode):
@@ -61,6 +63,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced Config.TRACEABLE values of a sweep (else empty)
 
 
 def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
@@ -88,34 +91,36 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
 # ---------------------------------------------------------------------- losses
 def value_loss(params, agent: Agent, batch: Batch, target_q):
     v = agent.value.apply_fn(params, batch.observations)
-    loss = losses.expectile_loss(target_q, v, agent.config.expectile)
+    loss = losses.expectile_loss(target_q, v, hyperparameter(agent, "expectile"))
     return loss, {"v": v}
 
 
 def critic_loss(params, agent: Agent, batch: Batch, next_v):
-    return td_critic_loss(params, agent, batch, batch.rewards + agent.config.discount * batch.masks * next_v)
+    return td_critic_loss(params, agent, batch, batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_v)
 
 
 def actor_loss(params, agent: Agent, batch: Batch, advantages):
     mean, log_std = agent.actor.apply_fn(params, batch.observations)
     log_probs = gaussian_log_prob(mean, log_std, batch.actions)
-    cfg = agent.config
-    weights = losses.advantage_weights(advantages, cfg.awr_inverse_temperature, cfg.max_weight)
+    weights = losses.advantage_weights(advantages, hyperparameter(agent, "awr_inverse_temperature"),
+                                       hyperparameter(agent, "max_weight"))
     return losses.weighted_nll(log_probs, weights), {"log_prob": log_probs.mean()}
 
 
 # ---------------------------------------------------------------------- update
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
-    cfg = agent.config
     target_q = agent.critic.apply_fn(agent.target_critic_params, batch.observations, batch.actions).min(0)
     next_v = agent.value.apply_fn(agent.value.params, batch.next_observations)
-    value, v_loss, v_aux = apply_gradients_with_loss(agent.value, value_loss, agent, batch, target_q)
+    value, v_loss, v_aux = apply_gradients_with_loss(agent.value, value_loss, agent, batch, target_q,
+                                                     lr_scale=learning_rate_scale(agent, "value_lr"))
     v = jax.lax.stop_gradient(v_aux["v"])
-    actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, target_q - v)
-    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, next_v)
+    actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, target_q - v,
+                                                     lr_scale=learning_rate_scale(agent, "actor_lr"))
+    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, next_v,
+                                                      lr_scale=learning_rate_scale(agent, "critic_lr"))
     agent = agent.replace(
         actor=actor, critic=critic, value=value,
-        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, cfg.tau),
+        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, hyperparameter(agent, "tau")),
         step=agent.step + 1,
     )
     metrics = {"value_loss": v_loss, "critic_loss": c_loss, "actor_loss": a_loss,

@@ -19,6 +19,7 @@ it is offrl's cautionary baseline (``--algo td3``); :mod:`offrl.algos.td3_bc` se
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import flax
 import jax
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import DeterministicActor, EnsembleCritic
 
@@ -52,6 +53,8 @@ class Config:
     bc_anneal_steps: int = param(0, NON_NEGATIVE_INT)  #: online fine-tuning: the BC term's weight falls linearly to 0 over these steps
     anneal_start_step: int = param(0, NON_NEGATIVE_INT)  #: the step where that anneal starts (fine-tuning: the offline run's last step)
 
+    TRACEABLE: ClassVar[tuple[str, ...]] = ("discount", "tau", "policy_noise", "noise_clip", "alpha")
+
 
 class Agent(flax.struct.PyTreeNode):
     actor: TrainState
@@ -62,6 +65,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced Config.TRACEABLE values of a sweep (else empty)
 
 
 def create(config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
@@ -99,7 +103,7 @@ def actor_loss(params, agent: Agent, batch: Batch):
     mse = losses.bc_mse(policy_actions, batch.actions)
     if agent.config.alpha is None:
         return -jnp.mean(q), {"bc_mse": mse}
-    loss = losses.td3_bc_actor_loss(q, policy_actions, batch.actions, agent.config.alpha)
+    loss = losses.td3_bc_actor_loss(q, policy_actions, batch.actions, hyperparameter(agent, "alpha"))
     # annealed BC (TD3+BC -> TD3 online): subtract the part of the BC term the schedule removes
     return loss - (1.0 - bc_weight(agent.config, agent.step)) * mse, {"bc_mse": mse}
 
@@ -114,7 +118,7 @@ def bc_weight(cfg: Config, step: jax.Array) -> jax.Array:
 # ---------------------------------------------------------------------- update
 def _update_actor_and_targets(agent: Agent, batch: Batch):
     actor, loss, aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch)
-    tau = agent.config.tau
+    tau = hyperparameter(agent, "tau")
     return agent.replace(
         actor=actor,
         target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, tau),
@@ -131,10 +135,11 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     rng, noise_key = jax.random.split(agent.rng)
     next_actions = agent.actor.apply_fn(agent.target_actor_params, batch.next_observations)
-    noise = jnp.clip(cfg.policy_noise * jax.random.normal(noise_key, next_actions.shape), -cfg.noise_clip, cfg.noise_clip)
+    noise_clip = hyperparameter(agent, "noise_clip")
+    noise = jnp.clip(hyperparameter(agent, "policy_noise") * jax.random.normal(noise_key, next_actions.shape), -noise_clip, noise_clip)
     next_actions = jnp.clip(next_actions + noise, -1.0, 1.0)
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
-    target = batch.rewards + cfg.discount * batch.masks * next_q
+    target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(critic=critic, rng=rng)
     agent = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets, _skip_actor, agent, batch)

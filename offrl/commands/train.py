@@ -74,6 +74,7 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint of every evaluation step (default: the latest only); `offrl select RUN` then ranks them all")
     p.add_argument("--select-by", default=None, metavar="ESTIMATOR", help="after training, pick the checkpoint with the best off-policy estimate (fqe, dr, wis, ...) on the run's dataset and write RUN/selected.json; implies --keep-checkpoints")
+    p.add_argument("--devices", type=int, default=None, help="shard the seeds over this many devices (data replicated; default: one)")
     for name in config_field_names():  # --config.FIELD VALUE, hidden from --help (same as --set)
         p.add_argument(f"--config.{name}", dest=f"config__{name}", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.set_defaults(func=run)
@@ -108,7 +109,7 @@ def run(args) -> int:
     run_ = train(algo=args.algo, dataset=dataset, steps=args.steps, seeds=args.seeds, seed=args.seed,
                  eval_every=args.eval_every, eval_episodes=args.eval_episodes, out=out, config_overrides=overrides,
                  env=args.env, resume=args.resume, log_every=args.log_every, tensorboard=args.tensorboard,
-                 wandb=args.wandb, progress=not args.no_progress,
+                 wandb=args.wandb, progress=not args.no_progress, devices=args.devices,
                  keep_checkpoints=args.keep_checkpoints or select_by is not None)
     print_run_table(run_)
     if select_by is not None:

@@ -59,6 +59,7 @@ def train(
     progress: bool = True,
     stop_at: int | None = None,
     keep_checkpoints: bool = False,
+    devices: int | None = None,
 ) -> Run:
     """Train ``algo`` on ``dataset`` for ``steps`` updates with ``seeds`` vmapped seeds.
 
@@ -69,6 +70,7 @@ def train(
     continues from ``out``'s latest checkpoint. ``stop_at`` ends the run early at that step
     (after checkpointing), as a killed run would; used to test resumption. ``keep_checkpoints``
     keeps every evaluation step's checkpoint (``load_run(out, step=...)``) instead of the latest only.
+    ``devices`` shards the seeds over that many devices (:mod:`offrl.engine.sharding`; data replicated).
 
     Example::
 
@@ -89,6 +91,10 @@ def train(
     for name, value in (("steps", steps), ("seeds", seeds), ("eval_every", eval_every), ("log_every", log_every)):
         if int(value) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} is {value}; it must be a positive integer.")
+    if devices is not None:
+        from offrl.engine.sharding import check_divisible, seed_mesh
+
+        seed_mesh(devices), check_divisible(seeds, devices)
     previous = None
     if resume:
         if folder is None or not (folder / "config.json").exists():
@@ -137,6 +143,10 @@ def train(
         rows = truncate_metrics(folder / "metrics.jsonl", latest["step"] if latest is not None else 0)
     elif folder is not None:
         (folder / "metrics.jsonl").write_text("")
+    if devices is not None:
+        from offrl.engine.sharding import place
+
+        agents, data_keys, data = place(agents, data_keys, data, devices)
 
     log.rows = rows
     evaluator = None

@@ -127,7 +127,10 @@ def run_loop(
             examples += int(batch["index"].numel()) * world
             done = step + 1
             if done % config.log_every == 0 or done == config.steps:
-                row = {k: float(torch.stack([m[k].float() for m in running]).mean()) for k in running[0]}
+                means = {k: torch.stack([m[k].float() for m in running]).mean() for k in running[0]}
+                if world > 1:  # every process logs the global batch's mean, as one process would
+                    means = accelerator.reduce(means, reduction="mean")
+                row = {k: float(v) for k, v in means.items()}
                 bad = first_non_finite(row)
                 if bad is not None:
                     raise DivergenceError(
