@@ -98,6 +98,8 @@ def train(
         if hasattr(config, "schedule_steps") and config.schedule_steps is None:
             config = dataclasses.replace(config, schedule_steps=int(steps))
     ds = _load_dataset(dataset)
+    if previous is None and hasattr(module, "config_for_dataset"):  # e.g. DT's default target return
+        config = module.config_for_dataset(config, ds)
     env_id = env or (previous["settings"].get("env") if previous else None) or ds.metadata.get("env_id")
     data, info = prepare_data(ds, config, env_id, module)
     settings = dict(dataset=_describe_dataset(ds, dataset), env=env_id, steps=int(steps), seeds=int(seeds),
