@@ -213,7 +213,15 @@ def q_value(agent: Agent, observations: jax.Array, actions: jax.Array):
     return None
 
 
-def config_for_dataset(config: Config, dataset) -> Config:
+def policy_layers(agent: Agent):
+    """Not supported: ``offrl export`` writes MLP policies only."""
+    from offrl.errors import OffrlError
+
+    raise OffrlError("offrl export does not support dt (a transformer over a K-step history, not an MLP with policy_layers); "
+                     "load the run in Python with offrl.engine.load_run and act through offrl.algos.dt.rollout_policy.")
+
+
+def config_for_dataset(config: Config, dataset, info=None) -> Config:
     """``target_return=None`` becomes the dataset's best episode return (stored in the run's config)."""
     import dataclasses
 
