@@ -22,7 +22,7 @@ Run::
 
     python benchmarks/ope.py speed --no-d3rlpy
     /work/venv-bench/bin/python benchmarks/ope.py speed          # with d3rlpy (see benchmarks/README.md)
-    python benchmarks/ope.py tiers --steps 2000,5000,10000 --out benchmarks/results
+    python benchmarks/ope.py tiers --steps 1000,4000,10000 --algo-steps "cql=1000,2500" --fqe-steps 10000
 """
 
 from __future__ import annotations
@@ -224,15 +224,21 @@ def run_tiers(args) -> dict:
     console = Console(width=110)
     work = Path(args.work)
     dataset = load(args.dataset)
-    steps = [int(s) for s in args.steps.split(",")]
+    steps = {algo: [int(s) for s in args.steps.split(",")] for algo in args.algos.split(",")}
+    for item in filter(None, args.algo_steps.split(";")):
+        algo, values = item.split("=")
+        steps[algo] = [int(s) for s in values.split(",")]
     candidates = []
     for algo in args.algos.split(","):
-        for n in steps:
+        for n in steps[algo]:
             folder = work / f"{algo}-{n}"
             if not (folder / "policy.json").exists():
                 console.print(f"training {algo} to step {n}")
-                run = train(algo, dataset, steps=n, eval_every=10**9, eval_episodes=0, out=work / f"run-{algo}",
-                            resume=(work / f"run-{algo}" / "checkpoints" / "latest.json").exists(), progress=False)
+                # One run per algorithm, stopped at each step count: the learning-rate schedules span the
+                # longest count, so a checkpoint at 1000 steps is the same as that run's step 1000.
+                run = train(algo, dataset, steps=max(steps[algo]), stop_at=n, eval_every=10**9, eval_episodes=0,
+                            out=work / f"run-{algo}", resume=(work / f"run-{algo}" / "checkpoints" / "latest.json").exists(),
+                            progress=False)
                 export_numpy_policy(run, folder)
             candidates.append(folder)
     policies = [load_policy(c, std=args.target_std) for c in candidates]
@@ -290,6 +296,7 @@ def main(argv=None) -> int:
     t.add_argument("--env", default="Hopper-v5")
     t.add_argument("--algos", default="bc,td3_bc,iql,cql")
     t.add_argument("--steps", default="2000,5000,10000")
+    t.add_argument("--algo-steps", default="", help="per-algorithm step lists, e.g. 'cql=500,1500;iql=1000'")
     t.add_argument("--work", default="/tmp/offrl-ope-bench")
     t.add_argument("--discount", type=float, default=0.99)
     t.add_argument("--target-std", type=float, default=0.1)

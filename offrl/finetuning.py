@@ -173,8 +173,11 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
     from offrl.rollout import OnlineRollout, VectorEnv
     from offrl.run_folder import MetricsLog, read_metrics, truncate_metrics
 
+    from offrl.envs import check_env_id
+
     ft = dataclasses.replace(config or FinetuneConfig(), **({"steps": int(steps)} if steps is not None else {}), **options)
     ft.check()
+    check_env_id(env)
     source = Path(run)
     folder = Path(out) if out is not None else source.with_name(source.name + "-finetune")
     if folder.resolve() == source.resolve():

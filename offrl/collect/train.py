@@ -122,7 +122,7 @@ def _learner_fns(sac_config, config: TrainBehaviorConfig, action_low, action_hig
 
         def one(agent, _):
             batch = sample_rows(buffer, jax.random.fold_in(sample_key, agent.step), sac_config.batch_size)
-            return sac.update(agent, Batch(**{name: batch[name] for name in Batch._fields}))
+            return sac.update(agent, Batch.from_rows(batch))
 
         agent, metrics = jax.lax.scan(one, agent, None, length=num_updates)
         return agent, buffer, jax.tree_util.tree_map(lambda m: m[-1], metrics)

@@ -117,7 +117,6 @@ def _fmt(v, digits=2):
 
 
 def _print_report(report, truth, dataset, title):
-    from rich.console import Console
     from rich.table import Table
 
     console = _console()
@@ -155,7 +154,6 @@ def _print_report(report, truth, dataset, title):
 
 
 def _print_check(report, truth):
-    from rich.console import Console
     from rich.table import Table
 
     from offrl.ope.metrics import estimator_metrics
@@ -209,8 +207,6 @@ def run_ope(args) -> int:
 
 
 def run_select(args) -> int:
-    from rich.console import Console
-
     from offrl.ope.select import choose, selection_regret
 
     report, truth, paths, dataset = _evaluate(args, (args.by,), "select")

@@ -33,13 +33,11 @@ def register(subparsers) -> None:
 
     p = sub.add_parser("make-task", help="build the tiny digits task: model, char tokenizer, noisy demos, prompts")
     p.add_argument("--out", required=True, help="folder to write model/, demos.jsonl, prompts_*.jsonl into")
-    p.add_argument("--tasks", default="sort,reverse", help="comma-separated subset of sort,reverse,sum")
-    p.add_argument("--train-prompts", type=int, default=4000)
-    p.add_argument("--eval-prompts", type=int, default=200)
-    p.add_argument("--noise", type=float, default=0.4, help="share of corrupted demonstrations")
-    p.add_argument("--hidden-size", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tasks", default="sort,reverse", help="comma-separated subset of sort,reverse,sum (default sort,reverse)")
+    from offrl.prefs.config import add_config_flags
+    from offrl.prefs.task import TaskConfig
+
+    add_config_flags(p, TaskConfig, skip=("tasks",))
     p.set_defaults(func=_make_task)
 
     for name, help_text in (
@@ -117,11 +115,11 @@ def register(subparsers) -> None:
                    help="comma-separated: dpo,ipo,kto,cdpo,rdpo (offline), ppo,grpo,iterate (online)")
     p.add_argument("--betas", action="append", default=[], metavar="METHOD=B1,B2",
                    help="betas for one method, e.g. --betas dpo=0.05,0.1 (repeatable)")
-    p.add_argument("--sft-steps", type=int, default=600)
-    p.add_argument("--steps", type=int, default=150, help="optimizer steps per preference run")
-    p.add_argument("--rl-steps", type=int, default=60, help="iterations per PPO / GRPO run")
-    p.add_argument("--lr", type=float, default=5e-4)
-    p.add_argument("--label-prompts", type=int, default=2000)
+    p.add_argument("--sft-steps", type=int, help="SFT steps (default: FrontierConfig's, 600)")
+    p.add_argument("--steps", type=int, help="optimizer steps per preference run (default: FrontierConfig's, 150)")
+    p.add_argument("--rl-steps", type=int, help="iterations per PPO / GRPO run (default: FrontierConfig's, 100)")
+    p.add_argument("--lr", type=float, help="learning rate of the preference runs (default: FrontierConfig's, 5e-4)")
+    p.add_argument("--label-prompts", type=int, help="prompts sampled for pairs (default: FrontierConfig's, 2000)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
@@ -189,9 +187,9 @@ def _make_task(args) -> int:
     from offrl.prefs.task import TaskConfig, make_task
 
     _quiet_transformers()
-    cfg = TaskConfig(tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
-                     train_prompts=args.train_prompts, eval_prompts=args.eval_prompts, demo_noise=args.noise,
-                     hidden_size=args.hidden_size, layers=args.layers, seed=args.seed)
+    from offrl.prefs.config import config_from_args
+
+    cfg = config_from_args(TaskConfig, args, tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()))
     paths = make_task(args.out, cfg)
     console = Console()
     for k, v in paths.items():
@@ -387,10 +385,14 @@ def _frontier(args) -> int:
         except ValueError:
             raise ConfigError(f"--betas {spec} is not METHOD=B1,B2,...; e.g. --betas dpo=0.05,0.1") from None
     base = FrontierConfig()
-    cfg = replace(base, methods=methods, betas=betas, seed=args.seed, label_prompts=args.label_prompts,
-                  sft=replace(base.sft, steps=args.sft_steps),
-                  preference=replace(base.preference, steps=args.steps, lr=args.lr),
-                  ppo=replace(base.ppo, steps=args.rl_steps), grpo=replace(base.grpo, steps=args.rl_steps))
+    given = lambda value, default: default if value is None else value  # noqa: E731
+    cfg = replace(base, methods=methods, betas=betas, seed=args.seed,
+                  label_prompts=given(args.label_prompts, base.label_prompts),
+                  sft=replace(base.sft, steps=given(args.sft_steps, base.sft.steps)),
+                  preference=replace(base.preference, steps=given(args.steps, base.preference.steps),
+                                     lr=given(args.lr, base.preference.lr)),
+                  ppo=replace(base.ppo, steps=given(args.rl_steps, base.ppo.steps)),
+                  grpo=replace(base.grpo, steps=given(args.rl_steps, base.grpo.steps)))
     console = Console()
     result = run_frontier(args.out, cfg, progress=not args.no_progress, log=console.print, sft_model=args.model,
                           pairs=args.data, eval_prompts_path=args.prompts)

@@ -143,6 +143,9 @@ def evaluate(run: Run | str | Path, episodes: int = 10, env: str | None = None, 
     ``eval/q_estimate``, ``eval/discounted_return`` and ``eval/q_ratio``. ``policy_options``
     go to the module's ``rollout_policy`` (e.g. DT's ``{"target_return": R}``).
     """
+    from offrl.envs import check_env_id
+
+    check_env_id(env)
     if not isinstance(run, Run):
         run = load_run(run)
     env_id = env or run.info.env_id

@@ -78,6 +78,9 @@ def train(
     from offrl.algos import get_algorithm
     from offrl.algos.common import apply_overrides, config_from_dict
 
+    from offrl.envs import check_env_id
+
+    check_env_id(env)
     module = get_algorithm(algo)
     algo = module.__name__.split(".")[-1]
     folder = Path(out) if out is not None else None

@@ -15,34 +15,28 @@ from offrl.errors import OffrlError
 
 
 def rollout_returns(policy, env_id: str, episodes: int, discount: float, seed: int = 20_000) -> dict[str, np.ndarray]:
-    """``{"return", "discounted_return", "length"}`` per episode for ``policy.mean`` (env units)."""
-    from offrl.envs import make_env
+    """``{"return", "discounted_return", "length"}`` per episode for ``policy.mean`` (env units),
+    ``episodes`` envs at once through :mod:`offrl.rollout`."""
+    import jax
 
-    envs = [make_env(env_id) for _ in range(episodes)]
+    from offrl.rollout import VectorEnv, run_episodes
+
+    env = VectorEnv(env_id, episodes)
     try:
-        obs = np.stack([np.asarray(env.reset(seed=seed + k)[0], np.float32).reshape(-1) for k, env in enumerate(envs)])
-        low, high = envs[0].action_space.low, envs[0].action_space.high
-        if policy.action_dim != int(np.prod(envs[0].action_space.shape)):
+        if policy.action_dim != env.action_dim:
             raise OffrlError(f"policy '{policy.name}' outputs {policy.action_dim}-dimensional actions but {env_id} takes "
-                             f"{int(np.prod(envs[0].action_space.shape))}; pass --env for the policy's own environment.")
-        done = np.zeros(episodes, bool)
-        ret, disc, lengths, scale = np.zeros(episodes), np.zeros(episodes), np.zeros(episodes, np.int64), np.ones(episodes)
-        while not done.all():
-            actions = np.clip(policy.mean(obs), low, high)
-            for k, env in enumerate(envs):
-                if done[k]:
-                    continue
-                o, r, term, trunc, _ = env.step(actions[k])
-                obs[k] = np.asarray(o, np.float32).reshape(-1)
-                ret[k] += r
-                disc[k] += scale[k] * r
-                scale[k] *= discount
-                lengths[k] += 1
-                done[k] = term or trunc
-        return {"return": ret, "discounted_return": disc, "length": lengths}
+                             f"{env.action_dim}; pass --env for the policy's own environment.")
+
+        def act(params, carry, obs, key):
+            return np.clip(policy.mean(obs), env.action_low, env.action_high), carry
+
+        out = run_episodes(env, act, None, [seed + k for k in range(episodes)], jax.random.PRNGKey(seed))
     finally:
-        for env in envs:
-            env.close()
+        env.close()
+    rewards = np.asarray(out["rewards"], np.float64)
+    discounts = discount ** np.arange(rewards.shape[1])
+    return {"return": np.asarray(out["return"], np.float64), "discounted_return": rewards @ discounts,
+            "length": np.asarray(out["length"])}
 
 
 def true_values(policies, env_id: str | None, episodes: int, discount: float, seed: int = 20_000) -> dict[str, dict]:

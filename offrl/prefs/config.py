@@ -264,6 +264,7 @@ class PolicyGradientConfig:
     log_every: iterations between metric lines.
     save_every: iterations between checkpoints (0: only the final model).
     seed: random seed (prompt batches and samples derive from it and the iteration).
+    tensorboard: also write the metrics to TensorBoard (needs tensorboardX) beside metrics.jsonl/csv.
     """
 
     steps: int = _field(100, gt=0)
@@ -288,6 +289,7 @@ class PolicyGradientConfig:
     log_every: int = _field(1, gt=0)
     save_every: int = _field(0, ge=0)
     seed: int = 0
+    tensorboard: bool = False
 
     def __post_init__(self) -> None:
         check_config(self)

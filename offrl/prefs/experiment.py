@@ -66,8 +66,8 @@ class FrontierConfig:
     sft: SFTConfig = SFTConfig(steps=600, batch_size=64, lr=3e-3, warmup_steps=30, log_every=100, max_length=32)
     preference: PreferenceConfig = PreferenceConfig(steps=150, batch_size=32, lr=5e-4, warmup_steps=10, log_every=50,
                                                     max_length=32, kl_prompts=0, eval_fraction=0.05)
-    ppo: PPOConfig = PPOConfig(steps=60, batch_size=32, lr=1e-3, max_new_tokens=10, log_every=10)
-    grpo: GRPOConfig = GRPOConfig(steps=60, batch_size=16, group_size=4, lr=2e-3, max_new_tokens=10, log_every=10)
+    ppo: PPOConfig = PPOConfig(steps=100, batch_size=32, lr=3e-4, max_new_tokens=10, log_every=10)
+    grpo: GRPOConfig = GRPOConfig(steps=100, batch_size=16, group_size=4, lr=5e-4, max_new_tokens=10, log_every=10)
     iterate: IterateConfig = IterateConfig(rounds=3, prompts_per_round=500, steps=50, lr=5e-4, max_length=32,
                                            max_new_tokens=10, eval_samples=0)
     label_prompts: int = 2000

@@ -19,6 +19,7 @@ from offrl.errors import ConfigError, DivergenceError
 from offrl.prefs.config import TrainConfig
 from offrl.prefs.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from offrl.prefs.modeling import cosine_warmup, length_bucketed_batches
+from offrl.run_folder import first_non_finite, truncate_metrics
 
 
 def make_accelerator(mixed_precision: str = "auto"):
@@ -127,9 +128,10 @@ def run_loop(
             done = step + 1
             if done % config.log_every == 0 or done == config.steps:
                 row = {k: float(torch.stack([m[k].float() for m in running]).mean()) for k in running[0]}
-                if not all(map(_finite, row.values())):
+                bad = first_non_finite(row)
+                if bad is not None:
                     raise DivergenceError(
-                        f"step {done}: a loss/metric became NaN or inf ({row}); lower --lr or raise --beta."
+                        f"step {done}: '{bad[0]}' became {bad[2]} ({row}); lower --lr or raise --beta."
                     )
                 elapsed = time.perf_counter() - t0
                 row.update(step=done, lr=lr, examples_per_s=examples / max(elapsed, 1e-9))
@@ -164,23 +166,6 @@ def run_loop(
         if config.save_every:
             save_checkpoint(ckpt_dir, final, tokenizer, optimizer, config.steps)
     return history
-
-
-def truncate_metrics(metrics_path: str, step: int) -> list[dict[str, float]]:
-    """Keep the rows of ``metrics.jsonl`` logged at or before ``step`` (the checkpoint a run resumes
-    from; 0 starts afresh), rewrite the file with them and return them."""
-    history: list[dict[str, float]] = []
-    if step > 0 and os.path.exists(metrics_path):
-        with open(metrics_path) as fh:
-            history = [row for row in map(json.loads, fh) if row.get("step", 0) <= step]
-    with open(metrics_path, "w") as fh:
-        for row in history:
-            fh.write(json.dumps(row) + "\n")
-    return history
-
-
-def _finite(x: float) -> bool:
-    return x == x and x not in (float("inf"), float("-inf"))
 
 
 def write_json(path: str, obj: Any) -> None:

@@ -20,6 +20,7 @@ import json
 import os
 import random
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -29,7 +30,8 @@ from offrl.errors import DivergenceError
 from offrl.prefs import rl_losses as R
 from offrl.prefs.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from offrl.prefs.config import PolicyGradientConfig
-from offrl.prefs.loop import _finite, truncate_metrics, write_json
+from offrl.prefs.loop import write_json
+from offrl.run_folder import MetricsLog, first_non_finite, truncate_metrics
 from offrl.prefs.modeling import cosine_warmup
 from offrl.prefs.rewards import Scores, true_reward
 from offrl.prefs.rollout import Rollout, generate_rollout, response_logps
@@ -176,8 +178,8 @@ def run_policy_gradient(
         _load_modules(ckpt, modules)
         start = int(state["step"])
         controller = controller._replace(coef=float(state["extra"]["kl_coef"]))
-    metrics_path = os.path.join(out, "metrics.jsonl")
-    history = truncate_metrics(metrics_path, start)
+    history = truncate_metrics(os.path.join(out, "metrics.jsonl"), start)
+    log = MetricsLog(Path(out), rows=history, tensorboard=config.tensorboard)
     callbacks[0].restart(history)
 
     def optimizer_step(loss: Tensor) -> None:
@@ -217,13 +219,13 @@ def run_policy_gradient(
             done = step + 1
             if done % config.log_every == 0 or done == config.steps:
                 logged = {k: sum(r[k] for r in running) / len(running) for k in running[0]}
-                if not all(map(_finite, logged.values())):
-                    raise DivergenceError(f"iteration {done}: a loss/metric became NaN or inf ({logged}); "
+                bad = first_non_finite(logged)
+                if bad is not None:
+                    raise DivergenceError(f"iteration {done}: '{bad[0]}' became {bad[2]} ({logged}); "
                                           "lower --lr or raise --kl-coef.")
                 logged.update(step=done, lr=lr, samples_per_s=samples / max(time.perf_counter() - t0, 1e-9))
                 history.append(logged)
-                with open(metrics_path, "a") as fh:
-                    fh.write(json.dumps(logged) + "\n")
+                log.add([logged])
                 for callback in callbacks:
                     callback(logged)
                 running, samples, t0 = [], 0, time.perf_counter()
@@ -238,6 +240,7 @@ def run_policy_gradient(
     finally:
         if bar is not None:
             bar.stop()
+        log.close()
     final = os.path.join(out, "model")
     policy.save_pretrained(final)
     tokenizer.save_pretrained(final)

@@ -24,6 +24,7 @@ import random
 from dataclasses import asdict, dataclass
 
 from offrl.errors import ConfigError
+from offrl.prefs.config import _field, check_config
 
 TASKS = ("sort", "reverse", "sum")
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -38,22 +39,39 @@ CHAT_TEMPLATE = (
 class TaskConfig:
     """The synthetic task and its tiny model.
 
-    min_digits / max_digits: digit-string length range. tasks: which transformations.
-    train_prompts / eval_prompts: prompt counts (disjoint). demo_noise: share of corrupted
-    demonstrations. hidden_size, layers, heads, intermediate_size: the Llama config.
+    tasks: which transformations (some of sort, reverse, sum).
+    min_digits: shortest digit string.
+    max_digits: longest digit string.
+    train_prompts: training prompts (disjoint from the held-out ones).
+    eval_prompts: held-out prompts.
+    demo_noise: share of corrupted demonstrations.
+    hidden_size: the Llama's hidden size.
+    layers: the Llama's layers.
+    heads: the Llama's attention heads.
+    intermediate_size: the Llama's MLP width.
+    seed: random seed of the data and the initial weights.
     """
 
     tasks: tuple[str, ...] = ("sort", "reverse")
-    min_digits: int = 3
-    max_digits: int = 6
-    train_prompts: int = 4000
-    eval_prompts: int = 200
-    demo_noise: float = 0.4
-    hidden_size: int = 64
-    layers: int = 2
-    heads: int = 4
-    intermediate_size: int = 256
+    min_digits: int = _field(3, gt=0)
+    max_digits: int = _field(6, gt=0)
+    train_prompts: int = _field(4000, gt=0)
+    eval_prompts: int = _field(200, gt=0)
+    demo_noise: float = _field(0.4, ge=0, le=1)
+    hidden_size: int = _field(64, gt=0)
+    layers: int = _field(2, gt=0)
+    heads: int = _field(4, gt=0)
+    intermediate_size: int = _field(256, gt=0)
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_config(self)
+        if self.max_digits < self.min_digits:
+            raise ConfigError(f"--max-digits {self.max_digits} is below --min-digits {self.min_digits}; "
+                              "raise it or lower --min-digits.")
+        if self.hidden_size % self.heads:
+            raise ConfigError(f"--hidden-size {self.hidden_size} is not a multiple of --heads {self.heads}; "
+                              "pick sizes that divide.")
 
 
 def target(prompt: str) -> str:

@@ -64,3 +64,16 @@ def test_cli_bad_flag_value_exits_2_with_one_line(tmp_path, capsys):
     code = main(["prefs", "dpo", "--model", str(tmp_path), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
                  "--robust"])
     assert code == 2 and "--robust needs --label-smoothing" in capsys.readouterr().err
+
+
+def test_make_task_flags_come_from_task_config(tmp_path, capsys):
+    from offrl.cli import main
+    from offrl.prefs.task import TaskConfig
+
+    args = _subparser("make-task").parse_args(["--out", "x"])
+    for f in dataclasses.fields(TaskConfig):
+        if f.name != "tasks":
+            assert getattr(args, f"cfg__{f.name}") == getattr(TaskConfig(), f.name), f.name
+    assert main(["prefs", "make-task", "--out", str(tmp_path / "t"), "--layers", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--layers 0 is invalid: it must be > 0" in err[0] and not (tmp_path / "t").exists()

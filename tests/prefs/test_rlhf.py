@@ -49,6 +49,10 @@ def test_first_rollout_has_zero_kl_and_rloo_runs(rl_task, tmp_path):
     assert result.metrics[1]["objective/kl"] != 0.0
     rows = [json.loads(line) for line in open(tmp_path / "rloo" / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2]
+    import csv
+
+    with open(tmp_path / "rloo" / "metrics.csv") as fh:  # the shared run-folder log writes the CSV too
+        assert [int(float(r["step"])) for r in csv.DictReader(fh)] == [1, 2]
     assert json.load(open(tmp_path / "rloo" / "config.json"))["estimator"] == "rloo"
 
 

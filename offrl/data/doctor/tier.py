@@ -153,7 +153,7 @@ def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, mod
     support = [e for e in evidence if e["points_to"] == kind]
     against = [e for e in evidence if e["points_to"] != kind and not _compatible(e, kind)]
     if kind == "one policy" and modes.get("bimodal"):
-        for e in support + evidence:
+        for e in evidence:
             if e["signal"] == "return modes":
                 e["reason"] += ("; with nothing changing along the file this reads as one policy whose return depends on the"
                                 " start state (a shuffled mixture of two policies would look the same)")
