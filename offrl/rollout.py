@@ -12,6 +12,9 @@ A *policy* is a function ``act(params, carry, obs, key)`` returning ``(actions, 
 - ``carry``: any pytree or ``None``, threaded from one step to the next (a sequence model's
   history lives there); ``reset_carry(carry, done_mask) -> carry`` resets the rows of envs
   that start a new episode;
+- ``act.observe(carry, rewards, done) -> carry`` (optional attribute): called by
+  :func:`run_episodes` after every env step with that step's rewards and end flags (a
+  return-conditioned policy subtracts the rewards from its remaining target there);
 - ``key``: ``jax.random.fold_in(key, t)`` at env step ``t``;
 - ``extras``: an optional dict of per-env arrays recorded at every step (the collector saves
   them as ``infos/<name>``).
@@ -169,6 +172,7 @@ def run_episodes(env: VectorEnv, act: Policy, params, seeds: Sequence[int | None
     done = np.zeros(n, bool)
     lengths = np.zeros(n, np.int64)
     rewards = []
+    observe = getattr(act, "observe", None)
     t = 0
     while not done.all() and (max_steps is None or t < max_steps):
         actions, carry, _ = _call(act, params, carry, obs, jax.random.fold_in(key, t))
@@ -176,6 +180,8 @@ def run_episodes(env: VectorEnv, act: Policy, params, seeds: Sequence[int | None
             first_actions = actions.copy()
         active = ~done
         obs, r, terminated, truncated = env.step(actions, active)
+        if observe is not None:
+            carry = observe(carry, r, terminated | truncated)
         rewards.append(r)
         lengths += active
         done |= terminated | truncated

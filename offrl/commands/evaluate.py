@@ -12,6 +12,10 @@ def register(subparsers) -> None:
     p.add_argument("--eval-seed", type=int, default=20_000, help="seed of the first episode's reset (default 20000)")
     p.add_argument("--step", type=int, default=None, help="evaluate this kept checkpoint step (default: the latest)")
     p.add_argument("--selected", action="store_true", help="evaluate the checkpoint chosen by `offrl train --select-by` (RUN/selected.json)")
+    p.add_argument("--target-return", default=None,
+                   help="return-conditioned runs (dt): the target return in env units (default: the run's config)")
+    p.add_argument("--target-returns", default=None,
+                   help="return-conditioned runs (dt): comma-separated targets, e.g. --target-returns=-900,-300 (use = when the first is negative); plots achieved vs target into RUN/plots/")
     p.set_defaults(func=run)
 
 
@@ -26,9 +30,20 @@ def run(args) -> int:
     from offrl.envs import check_env_id
 
     check_env_id(args.env)
+    if getattr(args, "target_returns", None) is not None:
+        return _sweep(args)
+    options = None
+    if getattr(args, "target_return", None) is not None:
+        from offrl.target_returns import parse_target_returns
+
+        options = {"target_return": parse_target_returns(args.target_return, "--target-return")[0]}
+        if not hasattr(load_run(args.run, with_agent=False).module, "rollout_policy"):
+            from offrl.errors import ConfigError
+
+            raise ConfigError("--target-return applies to return-conditioned algorithms (dt); drop it for this run.")
     step = chosen_step(args)
     run_ = load_run(args.run, step=step) if step is not None else args.run
-    result = evaluate(run_, episodes=args.episodes, env=args.env, eval_seed=args.eval_seed)
+    result = evaluate(run_, episodes=args.episodes, env=args.env, eval_seed=args.eval_seed, policy_options=options)
     where = args.run if step is None else f"{args.run} at step {step}"
     table = Table(title=f"{where}: {result['episodes']} episodes per seed in {result['env']}")
     for title in ("seed", "return", "normalized score", "Q(s0, pi(s0))", "realised disc. return"):
@@ -41,4 +56,29 @@ def run(args) -> int:
     rmean, rstd = result["return"]
     table.add_row("mean ± std", f"{rmean:.2f} ± {rstd:.2f}", "-" if not math.isfinite(mean) else f"{mean:.2f} ± {std:.2f}", "", "", style="bold")
     Console().print(table)
+    return 0
+
+
+def _sweep(args) -> int:
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.target_returns import parse_target_returns, plot_target_returns, target_return_sweep
+
+    targets = parse_target_returns(args.target_returns)
+    rows = target_return_sweep(args.run, targets, episodes=args.episodes, env=args.env, eval_seed=args.eval_seed)
+    plots = Path(args.run) / "plots"
+    figure = plot_target_returns(rows, plots / "target_returns.png")
+    (plots / "target_returns.json").write_text(json.dumps(rows, indent=2))
+    table = Table(title=f"{args.run}: achieved vs target return, {args.episodes} episodes per seed in {rows[0]['env']}")
+    for title in ("target", "achieved return", "normalized score"):
+        table.add_column(title, justify="right")
+    for row in rows:
+        (r, rs), (sc, ss) = row["return"], row["normalized_score"]
+        table.add_row(f"{row['target']:.1f}", f"{r:.2f} ± {rs:.2f}", "-" if sc != sc else f"{sc:.2f} ± {ss:.2f}")
+    Console().print(table)
+    Console().print(f"plot: {figure}")
     return 0

@@ -6,7 +6,7 @@ import argparse
 import ast
 from pathlib import Path
 
-ALGORITHM_CHOICES = ("bc", "td3", "td3_bc", "iql", "cql", "cal_ql", "awac", "bcq",
+ALGORITHM_CHOICES = ("bc", "td3", "td3_bc", "iql", "cql", "cal_ql", "awac", "bcq", "dt", "tt", "diffuser",
                      "discrete_bc", "dqn", "double_dqn", "discrete_cql", "discrete_bcq", "discrete_iql")
 
 

@@ -49,17 +49,27 @@ def deterministic_policy(module, agents, info: DataInfo, seeds: int):
 
 
 class Evaluator:
-    """Rolls the deterministic policy of every seed for ``episodes`` episodes at once."""
+    """Rolls the deterministic policy of every seed for ``episodes`` episodes at once.
+
+    A module with memory (a sequence model) defines
+    ``rollout_policy(agents, info, seeds, episodes, **policy_options) -> (act, initial_carry)``,
+    a rollout-layer policy used instead of :func:`deterministic_policy` (e.g. DT's
+    target-return conditioning, ``policy_options={"target_return": R}``).
+    """
 
     def __init__(self, module, agents, info: DataInfo, env_id: str, episodes: int, seeds: int, discount: float,
-                 eval_seed: int = 10_000, metadata: Mapping | None = None):
+                 eval_seed: int = 10_000, metadata: Mapping | None = None, policy_options: Mapping | None = None):
         from offrl.rollout import VectorEnv
 
         self.module, self.info, self.env_id = module, info, env_id
         self.episodes, self.seeds, self.discount, self.eval_seed = episodes, seeds, discount, eval_seed
         self.metadata = dict(metadata or {})
         self.env = VectorEnv(env_id, seeds * episodes)
-        self._act = deterministic_policy(module, agents, info, seeds)
+        self._carry = None
+        if hasattr(module, "rollout_policy"):
+            self._act, self._carry = module.rollout_policy(agents, info, seeds, episodes, **dict(policy_options or {}))
+        else:
+            self._act = deterministic_policy(module, agents, info, seeds)
         self._q = policy_fns(module, agents, info)[1]
 
     def __call__(self, agents) -> dict[str, np.ndarray]:
@@ -71,7 +81,7 @@ class Evaluator:
 
         S, K, info = self.seeds, self.episodes, self.info
         reset_seeds = [self.eval_seed + k for _ in range(S) for k in range(K)]
-        out = run_episodes(self.env, self._act, agents, reset_seeds, jax.random.PRNGKey(self.eval_seed))
+        out = run_episodes(self.env, self._act, agents, reset_seeds, jax.random.PRNGKey(self.eval_seed), carry=self._carry)
         rewards = info.reward_scale * np.asarray(out["rewards"], np.float64) + info.reward_bias
         steps = np.arange(rewards.shape[1])
         alive = steps[None, :] < np.asarray(out["length"])[:, None]

@@ -136,12 +136,14 @@ def load_run(path: str | Path, with_agent: bool = True, step: int | None = None)
     return Run(folder, record["algo"], config, settings, info, agents, metrics)
 
 
-def evaluate(run: Run | str | Path, episodes: int = 10, env: str | None = None, eval_seed: int = 20_000) -> dict:
+def evaluate(run: Run | str | Path, episodes: int = 10, env: str | None = None, eval_seed: int = 20_000,
+             policy_options: dict | None = None) -> dict:
     """Roll each seed's deterministic policy for ``episodes`` episodes.
 
     Returns ``{"per_seed": [dict, ...], "return": (mean, std), "normalized_score": (mean, std)}``
     over seeds; the per-seed dicts carry ``eval/return``, ``eval/normalized_score``,
-    ``eval/q_estimate``, ``eval/discounted_return`` and ``eval/q_ratio``.
+    ``eval/q_estimate``, ``eval/discounted_return`` and ``eval/q_ratio``. ``policy_options``
+    go to the module's ``rollout_policy`` (e.g. DT's ``{"target_return": R}``).
     """
     from offrl.envs import check_env_id
 
@@ -154,7 +156,8 @@ def evaluate(run: Run | str | Path, episodes: int = 10, env: str | None = None, 
     seeds = int(np.asarray(run.agent.step).shape[0])
     evaluator = Evaluator(run.module, run.agent, run.info, env_id, episodes, seeds,
                           getattr(run.config, "discount", 0.99), eval_seed=eval_seed,
-                          metadata=reference_metadata(run.settings) if env_id == run.info.env_id else None)
+                          metadata=reference_metadata(run.settings) if env_id == run.info.env_id else None,
+                          policy_options=policy_options)
     try:
         per_seed = summarise_evaluation(evaluator(run.agent))
     finally:

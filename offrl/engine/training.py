@@ -110,6 +110,10 @@ def train(
             config = dataclasses.replace(config, schedule_steps=int(steps))
     ds = _load_dataset(dataset)
     env_id = env or (previous["settings"].get("env") if previous else None) or ds.metadata.get("env_id")
+    if previous is None and hasattr(module, "config_for_dataset"):  # e.g. DT's default target return, TT's bins
+        from offrl.engine.data import data_info
+
+        config = module.config_for_dataset(config, ds, data_info(ds, config, env_id))
     data, info = prepare_data(ds, config, env_id, module)
     settings = dict(dataset=_describe_dataset(ds, dataset), env=env_id, steps=int(steps), seeds=int(seeds),
                               seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),

@@ -27,7 +27,8 @@ def tiny_config(module):
     for name in ("hidden_dims", "actor_hidden_dims", "critic_hidden_dims", "vae_hidden_dims"):
         if name in fields:
             overrides[name] = "32,32"
-    for name, value in (("n_actions", "4"), ("bc_warmup_steps", "50"), ("schedule_steps", "1000")):
+    for name, value in (("n_actions", "4"), ("bc_warmup_steps", "50"), ("schedule_steps", "1000"),
+                        ("warmup_steps", "10"), ("embed_dim", "32"), ("context_length", "5")):
         if name in fields:
             overrides[name] = value
     return apply_overrides(module.Config(), overrides)

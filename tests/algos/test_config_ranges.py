@@ -22,6 +22,8 @@ def out_of_range_values(spec) -> list:
     """Values that ``spec`` must refuse (built from the spec, so a new field is covered too)."""
     if isinstance(spec, OrNone):
         return out_of_range_values(spec.spec)
+    if hasattr(spec, "invalid_examples"):  # a spec defined beside its algorithm (e.g. TT's fitted bin edges)
+        return list(spec.invalid_examples)
     if isinstance(spec, Interval):
         bad = ["abc", math.nan, math.inf]
         if math.isfinite(spec.low):

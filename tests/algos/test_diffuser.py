@@ -1,0 +1,92 @@
+"""Diffuser: the DDPM schedule's closed forms, guided sampling, segments, bad horizons, a short run."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from offrl.algos import diffuser
+from offrl.data import Dataset
+from offrl.errors import ConfigError
+
+
+def test_schedule_closed_forms():
+    s = diffuser.cosine_schedule(20)
+    betas = np.asarray(s.betas, np.float64)
+    abar = np.cumprod(1.0 - betas)
+    np.testing.assert_allclose(s.alpha_bars, abar, rtol=1e-4, atol=1e-7)
+    assert np.all(np.diff(abar) < 0) and abar[-1] < 1e-3 and abar[0] > 0.99
+    # the posterior q(x_{t-1} | x_t, x_0) is the product of q(x_t | x_{t-1}) and q(x_{t-1} | x_0):
+    # precision = alpha_t / beta_t + 1 / (1 - abar_{t-1}); mean = (sqrt(alpha_t) x_t / beta_t + sqrt(abar_{t-1}) x_0 / (1 - abar_{t-1})) / precision
+    for t in (1, 7, 19):
+        alpha, beta, prev = 1.0 - betas[t], betas[t], abar[t - 1]
+        precision = alpha / beta + 1.0 / (1.0 - prev)
+        assert float(s.posterior_var[t]) == pytest.approx(1.0 / precision, rel=1e-4)
+        x0, xt = 0.7, -1.3
+        mean = (np.sqrt(alpha) * xt / beta + np.sqrt(prev) * x0 / (1.0 - prev)) / precision
+        assert float(s.posterior_x0[t] * x0 + s.posterior_xt[t] * xt) == pytest.approx(mean, rel=1e-4)
+    assert float(s.posterior_var[0]) == 0.0 and float(s.posterior_x0[0]) == pytest.approx(1.0)
+    # q_sample and predict_x0 invert each other
+    x0 = jax.random.normal(jax.random.PRNGKey(0), (3, 4, 2))
+    eps = jax.random.normal(jax.random.PRNGKey(1), (3, 4, 2))
+    t = jnp.array([0, 5, 19])
+    xt = diffuser.q_sample(s, x0, t, eps)
+    for i in range(3):
+        np.testing.assert_allclose(diffuser.predict_x0(s, xt[i], t[i], eps[i]), x0[i], rtol=1e-3, atol=1e-3)
+
+
+def test_guidance_raises_the_value_of_samples_and_inpaints_the_state():
+    """With eps = 0 (a data distribution concentrated at 0) and J(x) = sum of the action channel,
+    guided samples have a higher J than unguided ones; the first state is the given one."""
+    s = diffuser.cosine_schedule(20)
+    eps_fn = lambda x, t: jnp.zeros_like(x)  # noqa: E731
+    value_fn = lambda x, t: jnp.sum(x[..., 2], axis=-1)  # noqa: E731
+    obs = jnp.array([0.5, -0.5])
+    args = (eps_fn, value_fn, s, (64, 8, 3), obs, 2, jax.random.PRNGKey(0))
+    plain = diffuser.guided_sample(*args, 0.0)
+    guided = diffuser.guided_sample(*args, 1.0)
+    assert float(jnp.mean(value_fn(guided, None))) > float(jnp.mean(value_fn(plain, None))) + 1.0
+    np.testing.assert_array_equal(guided[:, 0, :2], np.broadcast_to(obs, (64, 2)))
+
+
+def _dataset(lengths):
+    n = sum(lengths)
+    obs = np.arange(n, dtype=np.float32)[:, None] * np.ones((1, 2), np.float32)
+    terminals = np.zeros(n, bool)
+    terminals[np.cumsum(lengths) - 1] = True
+    return Dataset.from_arrays(obs, np.zeros((n, 1), np.float32), np.ones(n, np.float32), terminals, next_observations=obs + 1)
+
+
+def test_segments_stay_inside_episodes():
+    from offrl import engine
+    from offrl.algos.common import apply_overrides
+
+    config = apply_overrides(diffuser.Config(), {"horizon": "4", "normalize_observations": "false"})
+    data, _ = engine.prepare_data(_dataset([3, 6, 5]), config, None, diffuser)
+    batch = diffuser.sample(data, jax.random.PRNGKey(0), 200)
+    first = np.asarray(batch.trajectories[:, 0, 0]).astype(int)
+    assert set(first) == {3, 4, 5, 9, 10}      # episode 1: rows 3..8; episode 2: rows 9..13
+    np.testing.assert_array_equal(np.asarray(batch.trajectories[:, :, 0]), first[:, None] + np.arange(4))
+
+
+def test_horizon_longer_than_every_episode_is_one_line():
+    from offrl.algos.common import apply_overrides
+
+    config = apply_overrides(diffuser.Config(), {"horizon": "8"})
+    with pytest.raises(ConfigError, match="'horizon' is 8 but the longest episode has 6 steps") as info:
+        diffuser.extra_arrays(_dataset([3, 6]), None, config)
+    assert "\n" not in str(info.value)
+
+
+def test_short_run(tmp_path):
+    """A few hundred updates on pendulum-medium-replay: the denoising loss falls well below its
+    start; evaluation plans every action."""
+    import offrl
+
+    overrides = {"horizon": "4", "unet_dims": "16,16", "value_hidden_dims": "32", "diffusion_steps": "5",
+                 "num_samples": "2", "learning_rate": "1e-3"}
+    run = offrl.train("diffuser", "pendulum-medium-replay-v0", steps=300, seeds=1, eval_every=300, eval_episodes=1,
+                      log_every=100, progress=False, out=tmp_path / "run", config_overrides=overrides)
+    losses = [r["actor_loss"] for r in run.metrics]
+    assert losses[-1] < 0.6 * losses[0]
+    assert np.isfinite(run.metrics[-1]["eval/return"])

@@ -1,0 +1,224 @@
+"""Decision Transformer: causal mask, segment sampling, return-to-go bookkeeping, a short run."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from offrl.algos import dt
+from offrl.algos.common import apply_overrides
+from offrl.data import Dataset
+from offrl.errors import ConfigError
+from offrl.nets_seq import GPT
+
+
+def _tiny_config(**overrides):
+    base = {"embed_dim": "16", "num_layers": "2", "num_heads": "2", "context_length": "4", "warmup_steps": "0",
+            "dropout": "0.0", "max_timestep": "50"}
+    base.update({k: str(v) for k, v in overrides.items()})
+    return apply_overrides(dt.Config(), base)
+
+
+def test_gpt_is_causal():
+    """Changing token j changes no output before j (and does change output j)."""
+    net = GPT(embed_dim=8, num_layers=2, num_heads=2, dropout=0.0)
+    x = jax.random.normal(jax.random.PRNGKey(0), (1, 7, 8))
+    valid = jnp.ones((1, 7), bool)
+    params = net.init(jax.random.PRNGKey(1), x, valid)
+    base = np.asarray(net.apply(params, x, valid))
+    bump = jax.random.normal(jax.random.PRNGKey(2), (8,))   # not a constant shift, which LayerNorm removes
+    for j in range(7):
+        out = np.asarray(net.apply(params, x.at[0, j].add(bump), valid))
+        np.testing.assert_array_equal(out[0, :j], base[0, :j])
+        assert not np.allclose(out[0, j], base[0, j])
+
+
+def test_padding_is_invisible_to_valid_tokens():
+    """Padded (invalid) tokens are masked as keys: their contents change no valid output."""
+    net = GPT(embed_dim=8, num_layers=1, num_heads=1, dropout=0.0)
+    x = jax.random.normal(jax.random.PRNGKey(0), (1, 5, 8))
+    valid = jnp.array([[False, False, True, True, True]])
+    params = net.init(jax.random.PRNGKey(1), x, valid)
+    base = np.asarray(net.apply(params, x, valid))
+    out = np.asarray(net.apply(params, x.at[0, :2].set(5.0), valid))
+    np.testing.assert_allclose(out[0, 2:], base[0, 2:], rtol=1e-6, atol=1e-6)
+    assert np.all(np.isfinite(out))
+
+
+def test_action_at_step_t_ignores_later_tokens():
+    """The action predicted at step t sees (R, s) up to t and actions before t only."""
+    config = _tiny_config()
+    agent = dt.create(config, 3, 2, jax.random.PRNGKey(0))
+    keys = jax.random.split(jax.random.PRNGKey(1), 3)
+    R, s, a = jax.random.normal(keys[0], (1, 4)), jax.random.normal(keys[1], (1, 4, 3)), jax.random.normal(keys[2], (1, 4, 2))
+    t, valid = jnp.arange(4)[None], jnp.ones((1, 4), bool)
+    apply = lambda R, s, a: np.asarray(agent.actor.apply_fn(agent.actor.params, R, s, a, t, valid))  # noqa: E731
+    base = apply(R, s, a)
+    out = apply(R, s, a.at[0, 2].add(1.0))   # a_2 comes after s_2: predictions 0..2 unchanged
+    np.testing.assert_array_equal(out[0, :3], base[0, :3])
+    assert not np.allclose(out[0, 3], base[0, 3])
+    out = apply(R.at[0, 2].add(1.0), s, a)   # R_2 comes before s_2
+    np.testing.assert_array_equal(out[0, :2], base[0, :2])
+    assert not np.allclose(out[0, 2], base[0, 2])
+
+
+def test_masked_action_mse_by_hand():
+    predicted = jnp.array([[[0.5, 0.0], [1.0, 1.0]]])
+    actions = jnp.array([[[0.0, 0.0], [0.0, -1.0]]])
+    # only the second step is valid: (1 + 4) / (2 * 1)
+    assert float(dt.masked_action_mse(predicted, actions, jnp.array([[False, True]]))) == pytest.approx(2.5)
+    # both valid: (0.25 + 5) / (2 * 2)
+    assert float(dt.masked_action_mse(predicted, actions, jnp.array([[True, True]]))) == pytest.approx(5.25 / 4)
+
+
+def _two_episodes():
+    """Episode 0: rows 0..2 (terminal), episode 1: rows 3..8 (timeout), rewards = row index."""
+    n = 9
+    obs = np.arange(n, dtype=np.float32)[:, None] * np.ones((1, 2), np.float32)
+    actions = np.linspace(-0.8, 0.8, n, dtype=np.float32)[:, None]
+    terminals, timeouts = np.zeros(n, bool), np.zeros(n, bool)
+    terminals[2], timeouts[8] = True, True
+    return Dataset.from_arrays(obs, actions, np.arange(n, dtype=np.float32), terminals, timeouts=timeouts,
+                              next_observations=obs + 1)
+
+
+def test_extra_arrays_returns_to_go_timesteps_starts():
+    config = _tiny_config(return_scale=10.0)
+    extra = dt.extra_arrays(_two_episodes(), None, config)
+    np.testing.assert_allclose(extra["returns_to_go"], np.array([3, 3, 2, 33, 30, 26, 21, 15, 8]) / 10.0, rtol=1e-6)
+    np.testing.assert_array_equal(extra["timesteps"], [0, 1, 2, 0, 1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(extra["episode_starts"], [0, 0, 0, 3, 3, 3, 3, 3, 3])
+    assert extra["context"].shape == (9, 0, 4)
+
+
+def test_no_episode_is_a_config_error():
+    empty = Dataset.from_arrays(np.zeros((0, 2), np.float32), np.zeros((0, 1), np.float32), np.zeros(0, np.float32),
+                                np.zeros(0, bool))
+    with pytest.raises(ConfigError, match="no episode"):
+        dt.extra_arrays(empty, None, _tiny_config())
+
+
+def test_segments_are_left_padded_at_episode_starts():
+    from offrl import engine
+
+    ds = _two_episodes()
+    config = _tiny_config(normalize_observations=False)
+    data, _ = engine.prepare_data(ds, config, None, dt)
+    batch = jax.jit(dt.sample, static_argnums=2)(data, jax.random.PRNGKey(0), 256)
+    obs, valid = np.asarray(batch.observations), np.asarray(batch.valid)
+    starts = np.array([0, 0, 0, 3, 3, 3, 3, 3, 3])
+    ends_seen = set()
+    for b in range(256):
+        end = int(obs[b, -1, 0])               # the observation equals the row index
+        ends_seen.add(end)
+        rows = end - 3 + np.arange(4)
+        expected_valid = rows >= starts[end]
+        np.testing.assert_array_equal(valid[b], expected_valid)
+        np.testing.assert_array_equal(obs[b, :, 0], np.where(expected_valid, rows, 0))
+        np.testing.assert_array_equal(np.asarray(batch.timesteps[b]), np.where(expected_valid, rows - starts[end], 0))
+        assert np.all(np.asarray(batch.actions[b])[~expected_valid] == 0)
+    assert ends_seen == set(range(9))
+
+
+class _RewardEnv:
+    """A stub of :class:`offrl.rollout.VectorEnv`: reward ``t + 1`` at step ``t``, episodes of 3 steps."""
+
+    def __init__(self, num_envs):
+        self.num_envs, self.obs_dim, self.action_dim, self.t = num_envs, 3, 2, 0
+
+    def reset(self, seeds):
+        self.t = 0
+        return np.zeros((self.num_envs, 3), np.float32)
+
+    def step(self, actions, active=None):
+        self.t += 1
+        done = np.full(self.num_envs, self.t == 3)
+        return (np.full((self.num_envs, 3), self.t, np.float32), np.full(self.num_envs, float(self.t)), done,
+                np.zeros(self.num_envs, bool))
+
+
+def test_return_to_go_bookkeeping_in_the_rollout_carry():
+    from offrl import engine
+    from offrl.engine.data import DataInfo
+    from offrl.rollout import run_episodes
+
+    config = _tiny_config(return_scale=10.0)
+    agents, _ = engine.create_agents(dt, config, 3, 2, seed=0, seeds=2)
+    info = DataInfo(3, 2, [0.0] * 3, [1.0] * 3, [-1.0] * 2, [1.0] * 2)
+    policy, carry = dt.rollout_policy(agents, info, seeds=2, envs_per_seed=1, target_return=50.0)
+    seen = []
+
+    def spy(params, carry, obs, key):
+        actions, carry = policy(params, carry, obs, key)
+        seen.append(carry)
+        return actions, carry
+
+    spy.observe = policy.observe
+    out = run_episodes(_RewardEnv(2), spy, agents, [0, 1], jax.random.PRNGKey(0), carry=carry)
+    np.testing.assert_array_equal(out["return"], [6.0, 6.0])
+    last = seen[-1].history          # after acting at step 2: R = 5.0, 4.9, 4.7 (rewards 1, 2 observed)
+    np.testing.assert_allclose(last["returns_to_go"][:, 1:], [[5.0, 4.9, 4.7]] * 2, rtol=1e-6)
+    np.testing.assert_array_equal(last["valid"], [[False, True, True, True]] * 2)
+    np.testing.assert_array_equal(last["timesteps"][:, 1:], [[0, 1, 2]] * 2)
+    np.testing.assert_array_equal(last["observations"][:, 1:, 0], [[0, 1, 2]] * 2)
+    assert np.all(np.abs(last["actions"][:, 1:]) <= 1.0) and np.all(last["actions"][:, 0] == 0)
+    # the history's actions are the agent's own predictions at each step
+    np.testing.assert_array_equal(seen[0].history["actions"][:, -1], last["actions"][:, 1])
+
+
+def test_default_target_return_is_the_best_episode():
+    config = dt.config_for_dataset(_tiny_config(), _two_episodes())
+    assert config.target_return == pytest.approx(33.0)
+    assert dt.config_for_dataset(_tiny_config(target_return=5), _two_episodes()).target_return == 5.0
+
+
+TINY_SET = ["--set", "embed_dim=16", "--set", "num_layers=1", "--set", "context_length=4", "--set", "warmup_steps=0"]
+
+
+def test_cli_train_then_evaluate_with_target_returns(tmp_path, capsys):
+    """``offrl train --algo dt`` stores the dataset's best return as the target; ``offrl
+    evaluate --target-return`` / ``--target-returns`` use the carry policy; bad targets exit 2."""
+    import json
+
+    from offrl.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--algo", "dt", "--dataset", "pendulum-medium-replay-v0", "--steps", "20", "--log-every", "20",
+                 "--eval-every", "20", "--eval-episodes", "1", "--out", str(out), "--no-progress", *TINY_SET]) == 0
+    record = json.loads((out / "config.json").read_text())
+    assert record["config"]["target_return"] == pytest.approx(-820.0662, abs=1e-3)
+    assert main(["evaluate", str(out), "--episodes", "1", "--target-return", "-300"]) == 0
+    assert main(["evaluate", str(out), "--episodes", "1", "--target-returns=-900,-300"]) == 0
+    rows = json.loads((out / "plots" / "target_returns.json").read_text())
+    assert [r["target"] for r in rows] == [-900.0, -300.0] and (out / "plots" / "target_returns.png").exists()
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--target-return", "high"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'high' is not a finite number" in err[0]
+    assert main(["evaluate", str(out), "--target-returns=-100,x"]) == 2
+
+
+@pytest.mark.slow
+def test_dt_learns_pendulum_beats_random():
+    """2000 updates on pendulum-medium-v0 (small model): the return-conditioned policy beats the
+    uniform random policy by a wide margin and a higher target gives a higher return."""
+    import offrl
+    from offrl.engine import evaluate
+    from offrl.envs import make_env
+
+    overrides = {"embed_dim": "64", "num_layers": "2", "learning_rate": "1e-3", "warmup_steps": "200",
+                 "context_length": "10"}
+    run = offrl.train("dt", "pendulum-medium-v0", steps=2000, seeds=1, eval_every=2000, eval_episodes=5,
+                      progress=False, config_overrides=overrides)
+    env, rng, random_returns = make_env("Pendulum-v1"), np.random.default_rng(0), []
+    for k in range(5):
+        env.reset(seed=20_000 + k)
+        total, done = 0.0, False
+        while not done:
+            _, r, term, trunc, _ = env.step(rng.uniform(-2, 2, size=1).astype(np.float32))
+            total, done = total + r, term or trunc
+        random_returns.append(total)
+    low = evaluate(run, episodes=5, policy_options={"target_return": -1000.0})["return"][0]
+    high = evaluate(run, episodes=5, policy_options={"target_return": -150.0})["return"][0]
+    assert high > np.mean(random_returns) + 300, (high, np.mean(random_returns))
+    assert high > low
