@@ -63,7 +63,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> None:
     if address and address != "auto":
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
-            raise ConfigError(f"--address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379) or 'auto'.")
+            raise ConfigError(f"--address {address!r} is not HOST:PORT (e.g. HEAD:6379) or 'auto'.")
         try:
             socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
         except OSError as exc:

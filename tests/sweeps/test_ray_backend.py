@@ -24,8 +24,7 @@ def test_split_ranges():
 
 
 @pytest.mark.parametrize("address, words", [
-    ("127.0.0.1:9", "no Ray head answered within 5 s"),          # nothing listens: refused
-    pytest.param("10.255.255.1:6379", "", marks=pytest.mark.slow),  # blackholed (timeout) or a non-Ray listener: ~30 s
+    ("127.0.0.1:9", "no Ray head answered within 5 s"),          # nothing listens on loopback: refused
 ])
 def test_unreachable_address_is_one_line_not_a_hang(tmp_path, address, words):
     t0 = time.monotonic()
