@@ -66,12 +66,16 @@ def main(argv=None) -> int:
                  "bc_warmup_steps": str(min(5000, args.offline_steps // 4))}
     names = [v for v in args.variants.split(",") if v]
     offline_runs, timings, results = {}, {}, {}
+    previous = json.loads((out / "results.json").read_text())["timings"] if (out / "results.json").exists() else {}
     for algo in sorted({VARIANTS[v][0] for v in names}):
         folder = out / f"offline-{algo}"
         t0 = time.perf_counter()
-        if not (folder / "checkpoints" / "latest.json").exists():
-            offrl.train(algo, args.dataset, steps=args.offline_steps, seeds=args.seeds, eval_every=args.eval_every,
-                        eval_episodes=args.eval_episodes, out=folder, config_overrides=overrides)
+        if (folder / "checkpoints" / "latest.json").exists():
+            timings[f"offline-{algo}"] = previous.get(f"offline-{algo}", float("nan"))
+            offline_runs[algo] = folder
+            continue
+        offrl.train(algo, args.dataset, steps=args.offline_steps, seeds=args.seeds, eval_every=args.eval_every,
+                    eval_episodes=args.eval_episodes, out=folder, config_overrides=overrides)
         timings[f"offline-{algo}"] = time.perf_counter() - t0
         offline_runs[algo] = folder
     runs = []
@@ -80,13 +84,14 @@ def main(argv=None) -> int:
         options = {k: (decay if v is None else v) for k, v in options.items()}
         folder = out / name
         t0 = time.perf_counter()
-        if (folder / "summary.json").exists():
+        reused = (folder / "summary.json").exists()
+        if reused:  # a finished variant (rerun after an interruption): its table row, not a new run
             run = offrl.load_run(folder, with_agent=False)
         else:
             run = offrl.finetune(offline_runs[algo], steps=args.online_steps, out=folder, eval_every=args.eval_every,
                                  eval_episodes=args.eval_episodes, checkpoint_every=args.eval_every * 5,
                                  log_every=args.eval_every, **options)
-        timings[name] = time.perf_counter() - t0
+        timings[name] = previous.get(name, time.perf_counter() - t0) if reused else time.perf_counter() - t0
         results[name] = online_summary(run.metrics, run.settings["offline_steps"])
         results[name]["options"] = options
         results[name]["wall_s"] = timings[name]
@@ -95,6 +100,7 @@ def main(argv=None) -> int:
     plot_finetune(runs, out, runs[0].settings["offline_steps"], labels=names)
 
     fmt = lambda v: "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.1f}"  # noqa: E731
+    fmt2 = lambda v: "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3f}"  # noqa: E731
     lines = [f"# Offline -> online on {args.dataset}: {args.seeds} seeds, {args.offline_steps} offline updates, "
              f"{args.online_steps} online env steps (UTD 1), hidden {args.hidden}, n_actions {args.n_actions}, "
              f"cql_alpha {args.cql_alpha}, decay lambda {decay:.2e}", "",
@@ -103,7 +109,7 @@ def main(argv=None) -> int:
     for name in names:
         r = results[name]
         lines.append(f"| {name} | {r['options']} | {fmt(r.get('offline_score'))} | {fmt(r.get('online_score'))} | "
-                     f"{fmt(r.get('unlearning_dip'))} | {fmt(r.get('cumulative_regret'))} | {r['wall_s']:.0f} |")
+                     f"{fmt(r.get('unlearning_dip'))} | {fmt2(r.get('cumulative_regret'))} | {r['wall_s']:.0f} |")
     table = "\n".join(lines)
     print(table)
     (out / "results.md").write_text(table + "\n")
