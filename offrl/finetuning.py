@@ -262,7 +262,8 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
 
     learn_all = jax.jit(vmap_over_seeds(lambda a, k, b, r, off: learn(a, k, b, r, off, ft.update_every * ft.utd)))
     store_all = jax.jit(vmap_over_seeds(lambda a, k, b, r, off: store(a, k, b, r, off, 0)))
-    explore_all = jax.jit(jax.vmap(lambda agent, obs, key: module.explore(agent, obs[None], key)[0]))
+    explore_all = jax.jit(jax.vmap(lambda agent, obs, key, t: module.explore(agent, obs[None], jax.random.fold_in(key, t))[0],
+                                   in_axes=(0, 0, 0, None)))
     episode_extras = getattr(module, "episode_extras", None)
 
     rollout = OnlineRollout(vec, seed=seed * 7919 + 17)
@@ -299,9 +300,8 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
         while env_step < end:
             host_rows = {k: [] for k in example}
             for t in range(ft.update_every):
-                keys = jax.vmap(lambda k: jax.random.fold_in(k, env_step + t))(explore_keys)
                 obs = rollout.obs
-                actions = np.asarray(explore_all(agents, jnp.asarray(to_agent_obs(obs)), keys))
+                actions = np.asarray(explore_all(agents, to_agent_obs(obs), explore_keys, env_step + t))
                 step_out = rollout.step(info.to_env_action(actions))
                 host_rows["observations"].append(to_agent_obs(step_out["observations"]))
                 host_rows["actions"].append(actions)
