@@ -191,7 +191,7 @@ def train_dqn_behavior(env_id: str, out, config: DQNBehaviorConfig = DQNBehavior
     from offrl.algos import dqn
     from offrl.algos.common import config_to_dict
     from offrl.collect.train import _progress, env_facts, evaluate_policy
-    from offrl.collect.zoo import ReplayWriter, _write_json, save_snapshot
+    from offrl.collect.zoo import ReplayWriter, _write_json, record_snapshot, save_snapshot, snapshot_facts
     from offrl.replay import init_buffer
     from offrl.rollout import OnlineRollout, VectorEnv
 
@@ -240,19 +240,11 @@ def train_dqn_behavior(env_id: str, out, config: DQNBehaviorConfig = DQNBehavior
         stoch = evaluate_policy(eval_env, policy, config.eval_episodes, seed=10_000 + config.seed, stochastic=True)
         det = evaluate_policy(eval_env, policy, config.eval_episodes, seed=10_000 + config.seed, stochastic=False)
         state["eval_time"] += time.perf_counter() - t0
-        entry = save_snapshot(out, step, agent.critic.params, {
-            "return_mean": float(stoch.mean()), "return_std": float(stoch.std()), "returns": stoch.tolist(),
-            "deterministic_return_mean": float(det.mean()), "deterministic_returns": det.tolist(),
-            "eval_episodes": config.eval_episodes, "replay_rows": step})
+        entry = save_snapshot(out, step, agent.critic.params, snapshot_facts(stoch, det, config.eval_episodes, step))
         lo = state["flushed"]
         writer.append({k: v[lo:step] for k, v in buf.items()})
         state["flushed"] = step
-        index["snapshots"].append(entry)
-        index["steps_done"] = step
-        elapsed = time.perf_counter() - start
-        index["env_steps_per_s"] = step / max(elapsed - state["eval_time"], 1e-9) if step else None
-        index["wall_time_s"] = elapsed
-        _write_json(out / "zoo.json", index)
+        record_snapshot(out, index, entry, step, start, state["eval_time"])
         return entry
 
     bar = _progress(progress)

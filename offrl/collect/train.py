@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from offrl.collect.zoo import BehaviorPolicy, ReplayWriter, save_snapshot, _write_json
+from offrl.collect.zoo import BehaviorPolicy, ReplayWriter, _write_json, record_snapshot, save_snapshot, snapshot_facts
 from offrl.errors import ConfigError
 
 
@@ -199,23 +199,15 @@ def train_behavior(env_id: str, out, config: TrainBehaviorConfig = TrainBehavior
         stoch = evaluate_policy(eval_env, policy, config.eval_episodes, seed=10_000 + config.seed, stochastic=True)
         det = evaluate_policy(eval_env, policy, config.eval_episodes, seed=10_000 + config.seed, stochastic=False)
         eval_time += time.perf_counter() - t0
-        entry = save_snapshot(out, step, policy.params, {
-            "return_mean": float(stoch.mean()), "return_std": float(stoch.std()), "returns": stoch.tolist(),
-            "deterministic_return_mean": float(det.mean()), "deterministic_returns": det.tolist(),
-            "eval_episodes": config.eval_episodes, "replay_rows": step,
-            "metrics": {k: float(v) for k, v in metrics.items()}})
+        entry = save_snapshot(out, step, policy.params, {**snapshot_facts(stoch, det, config.eval_episodes, step),
+                                                         "metrics": {k: float(v) for k, v in metrics.items()}})
         writer.append({"observations": buf_obs[flushed:step], "actions": buf_act_env[flushed:step],
                        "rewards": buf_rew[flushed:step], "next_observations": buf_next[flushed:step],
                        "terminals": buf_term[flushed:step], "timeouts": buf_tout[flushed:step],
                        "infos/action_log_probs": buf_logp[flushed:step] - policy.log_scale,
                        "infos/action_mean": buf_mean[flushed:step], "infos/action_std": buf_std[flushed:step]})
         flushed = step
-        index["snapshots"].append(entry)
-        index["steps_done"] = step
-        elapsed = time.perf_counter() - start
-        index["env_steps_per_s"] = step / max(elapsed - eval_time, 1e-9) if step else None
-        index["wall_time_s"] = elapsed
-        _write_json(out / "zoo.json", index)
+        record_snapshot(out, index, entry, step, start, eval_time)
         return entry
 
     bar = _progress(progress)

@@ -135,6 +135,26 @@ def save_snapshot(zoo_dir: Path, step: int, actor_params, facts: dict) -> dict:
     return facts
 
 
+def snapshot_facts(stochastic_returns, deterministic_returns, episodes: int, step: int) -> dict:
+    """The measured returns a snapshot records (stochastic and deterministic evaluations)."""
+    return {"return_mean": float(stochastic_returns.mean()), "return_std": float(stochastic_returns.std()),
+            "returns": stochastic_returns.tolist(), "deterministic_return_mean": float(deterministic_returns.mean()),
+            "deterministic_returns": deterministic_returns.tolist(), "eval_episodes": episodes, "replay_rows": step}
+
+
+def record_snapshot(zoo_dir: Path, index: dict, entry: dict, step: int, start: float, eval_time: float) -> None:
+    """Append ``entry`` to the zoo index, update its progress and speed (evaluation time excluded)
+    and rewrite ``zoo.json``."""
+    import time
+
+    index["snapshots"].append(entry)
+    index["steps_done"] = step
+    elapsed = time.perf_counter() - start
+    index["env_steps_per_s"] = step / max(elapsed - eval_time, 1e-9) if step else None
+    index["wall_time_s"] = elapsed
+    _write_json(Path(zoo_dir) / "zoo.json", index)
+
+
 def load_zoo_index(zoo_dir) -> dict:
     path = Path(zoo_dir) / "zoo.json"
     if not path.exists():
