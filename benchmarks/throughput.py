@@ -1,7 +1,10 @@
-"""Training throughput of offrl vs d3rlpy, side by side in one process, on the same synthetic data.
+"""Training throughput of offrl vs d3rlpy, side by side in one process, on the same data.
 
-Both libraries train on the same HalfCheetah-shaped random transitions (obs 17, action 6),
-with the same network widths (256 x 256; BCQ's VAE 750 x 750), batch size 256 and 2 critics.
+Continuous algorithms: both libraries train on the same HalfCheetah-shaped random transitions
+(obs 17, action 6), with the same network widths (256 x 256; BCQ's VAE 750 x 750), batch size 256
+and 2 critics. Discrete algorithms (``dqn``, ``discrete_cql``, ``discrete_bc`` vs d3rlpy's
+``DQN``, ``DiscreteCQL``, ``DiscreteBC``): both train on the bundled ``cartpole-medium-expert-v0``
+(obs 4, 2 actions) with one 256 x 256 Q-network (or logit network), Huber TD loss and batch 256.
 For every algorithm both sides are built and warmed up first (offrl: XLA compilation of the
 scanned chunk plus one chunk; d3rlpy: a few updates), then timed in alternating rounds
 (offrl chunk, d3rlpy block, offrl chunk, ...) so that load from other processes on a shared
@@ -20,6 +23,7 @@ Run (d3rlpy lives in its own virtualenv, see benchmarks/README.md)::
 
     /work/venv-bench/bin/python benchmarks/throughput.py
     /work/venv-bench/bin/python benchmarks/throughput.py --algos iql,cql --quick
+    /work/venv-bench/bin/python benchmarks/throughput.py --algos dqn,discrete_cql,discrete_bc --memory-transitions 0
 """
 
 from __future__ import annotations
@@ -39,7 +43,10 @@ import time
 import numpy as np
 
 OBS_DIM, ACTION_DIM, BATCH_SIZE = 17, 6, 256
-ALL_ALGOS = ("bc", "td3_bc", "iql", "cql", "awac", "bcq")
+CONTINUOUS_ALGOS = ("bc", "td3_bc", "iql", "cql", "awac", "bcq")
+DISCRETE_ALGOS = ("dqn", "discrete_cql", "discrete_bc")
+ALL_ALGOS = CONTINUOUS_ALGOS + DISCRETE_ALGOS
+DISCRETE_DATASET = "cartpole-medium-expert-v0"
 
 #: offrl overrides that make each algorithm match the d3rlpy configuration below
 #: (256 x 256 networks everywhere, batch 256, 2 critics; BC trained by MSE on both sides).
@@ -52,6 +59,10 @@ OFFRL_OVERRIDES = {
              "batch_size": BATCH_SIZE, "actor_weight_decay": 0.0},
     "bcq": {"hidden_dims": (256, 256), "vae_hidden_dims": (750, 750),
             "num_qs": 2, "batch_size": BATCH_SIZE, "num_samples": 10},
+    # discrete: one 256 x 256 Q-network (or logit network), Huber TD loss, batch 256, no double-Q
+    "dqn": {"hidden_dims": (256, 256), "batch_size": BATCH_SIZE},
+    "discrete_cql": {"hidden_dims": (256, 256), "batch_size": BATCH_SIZE, "cql_alpha": 1.0},
+    "discrete_bc": {"hidden_dims": (256, 256), "batch_size": BATCH_SIZE},
 }
 
 
@@ -79,6 +90,14 @@ def d3rlpy_config(name: str):
         vae = d3rlpy.models.VectorEncoderFactory(hidden_units=[750, 750])
         return d3rlpy.algos.BCQConfig(actor_encoder_factory=mlp, critic_encoder_factory=mlp,
                                       imitator_encoder_factory=vae, n_critics=2, n_action_samples=10, **common)
+    # discrete (d3rlpy's DQN/DiscreteCQL: one Q-network, Huber loss, hard target copy every
+    # target_update_interval steps; offrl: Polyak target every step, a few extra FLOPs per update)
+    if name == "dqn":
+        return d3rlpy.algos.DQNConfig(encoder_factory=mlp, n_critics=1, **common)
+    if name == "discrete_cql":
+        return d3rlpy.algos.DiscreteCQLConfig(encoder_factory=mlp, n_critics=1, alpha=1.0, **common)
+    if name == "discrete_bc":  # d3rlpy's beta = 0.5 logit-norm penalty is a few FLOPs; left at its default
+        return d3rlpy.algos.DiscreteBCConfig(encoder_factory=mlp, **common)
     raise ValueError(name)
 
 
@@ -101,6 +120,16 @@ def make_data(num_transitions: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
+def load_discrete_data() -> dict[str, np.ndarray]:
+    """The bundled ``cartpole-medium-expert-v0`` (obs 4, 2 discrete actions) as arrays."""
+    from offrl.data import load
+
+    ds = load(DISCRETE_DATASET)
+    return {"observations": ds.observations, "actions": ds.actions, "rewards": ds.rewards,
+            "terminals": ds.terminals, "timeouts": ds.timeouts, "next_observations": ds.next_observations,
+            "metadata": dict(ds.metadata)}
+
+
 # ---------------------------------------------------------------------- offrl side
 class OffrlSide:
     """The engine's scanned chunk for one seed, on device-resident data."""
@@ -119,9 +148,10 @@ class OffrlSide:
         from offrl.data import Dataset
 
         dataset = Dataset.from_arrays(data["observations"], data["actions"], data["rewards"], data["terminals"],
-                                      data["timeouts"], next_observations=data["next_observations"])
-        self.data, _ = engine.prepare_data(dataset, self.config, None, self.module)  # the training path
-        self.agents, self.data_keys = engine.create_agents(self.module, self.config, OBS_DIM, ACTION_DIM, 0, 1)
+                                      data["timeouts"], next_observations=data["next_observations"],
+                                      metadata=data.get("metadata"))
+        self.data, info = engine.prepare_data(dataset, self.config, None, self.module)  # the training path
+        self.agents, self.data_keys = engine.create_agents(self.module, self.config, info.obs_dim, info.action_dim, 0, 1)
         self.trainer = engine.Trainer(self.module, self.config.batch_size, 1)
         self.chunk = chunk
         self._jax = jax
@@ -177,9 +207,11 @@ class D3rlpySide:
     def __init__(self, name: str, data: dict[str, np.ndarray], steps: int):
         import d3rlpy
 
+        discrete = name in DISCRETE_ALGOS
         self.dataset = d3rlpy.dataset.MDPDataset(
-            data["observations"], data["actions"], data["rewards"], data["terminals"].astype(np.float32),
-            data["timeouts"].astype(np.float32), action_space=d3rlpy.ActionSpace.CONTINUOUS)
+            data["observations"], data["actions"].reshape(len(data["actions"]), -1), data["rewards"],
+            data["terminals"].astype(np.float32), data["timeouts"].astype(np.float32),
+            action_space=d3rlpy.ActionSpace.DISCRETE if discrete else d3rlpy.ActionSpace.CONTINUOUS)
         self.algo = d3rlpy_config(name).create(device="cpu:0")
         self.algo.build_with_dataset(self.dataset)
         self.steps = steps
@@ -284,13 +316,15 @@ def main(argv=None) -> int:
     console.print(f"jax {jax.__version__} ({jax.default_backend()}), "
                   + (f"d3rlpy {d3rlpy.__version__} / torch {torch.__version__} (default {default_threads} threads), "
                      if d3rlpy else "") + f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    data = make_data(args.transitions)
+    continuous_data = make_data(args.transitions) if set(args.algos) & set(CONTINUOUS_ALGOS) else None
+    discrete_data = load_discrete_data() if set(args.algos) & set(DISCRETE_ALGOS) else None
     peak = matmul_peak_flops(args.peak_size)
     console.print(f"float32 matmul peak ({args.peak_size}x{args.peak_size}, jitted): {peak / 1e9:.1f} GFLOP/s")
 
     results = []
     for name in args.algos:
         console.print(f"[bold]{name}[/]: building and warming up both sides ...")
+        data = discrete_data if name in DISCRETE_ALGOS else continuous_data
         ours = OffrlSide(name, data, args.steps)
         compile_s = ours.warmup()
         theirs = D3rlpySide(name, data, args.d3rlpy_steps) if d3rlpy else None
@@ -310,7 +344,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(default_threads)
         d3rlpy_medians = {t: statistics.median(r) for t, r in theirs_rates.items()}
         best_threads = max(d3rlpy_medians, key=d3rlpy_medians.get) if d3rlpy_medians else None
-        row = {"algo": name, "offrl_steps_per_s": statistics.median(ours_rates),
+        row = {"algo": name, "data": DISCRETE_DATASET if name in DISCRETE_ALGOS else "synthetic HalfCheetah-shaped",
+               "offrl_steps_per_s": statistics.median(ours_rates),
                "offrl_rounds": ours_rates, "offrl_first_chunk_s": compile_s,
                "d3rlpy_steps_per_s_by_threads": d3rlpy_medians, "d3rlpy_rounds_by_threads": theirs_rates,
                "d3rlpy_steps_per_s": d3rlpy_medians.get(best_threads), "d3rlpy_best_threads": best_threads,
@@ -329,8 +364,13 @@ def main(argv=None) -> int:
         memory = measure_memory(args.memory_algo, args.memory_transitions, 200)
         memory["budget"] = 2 * memory["dataset_bytes"] + 1.5e9
 
-    table = Table(title=f"Training throughput, HalfCheetah-shaped data (obs {OBS_DIM}, act {ACTION_DIM}), "
-                        f"256x256 MLPs, batch {BATCH_SIZE}, 2 critics, {args.transitions:,} transitions")
+    what = []
+    if continuous_data is not None:
+        what.append(f"continuous: HalfCheetah-shaped data (obs {OBS_DIM}, act {ACTION_DIM}), 2 critics, "
+                    f"{args.transitions:,} transitions")
+    if discrete_data is not None:
+        what.append(f"discrete: {DISCRETE_DATASET} (obs 4, 2 actions, {len(discrete_data['rewards']):,} transitions), 1 Q-network")
+    table = Table(title=f"Training throughput, 256x256 MLPs, batch {BATCH_SIZE}; " + "; ".join(what))
     table.add_column("algorithm")
     table.add_column("offrl steps/s", justify="right")
     for t in thread_settings:
