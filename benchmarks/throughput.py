@@ -15,6 +15,10 @@ minibatches sampled inside jit, ``lax.scan`` over a chunk of updates). d3rlpy's 
 of its ``fit`` loop (``dataset.sample_transition_batch`` then ``algo.update``) with its logging
 left out, on CPU with its default torch thread count.
 
+Beside wall-clock updates/s it reports updates per CPU-second of this process (``time.process_time``
+over all its threads, d3rlpy at its fastest thread setting): the work one update costs, which
+load from other processes on a shared machine barely changes.
+
 It also prints offrl's achieved FLOP/s as a fraction of this machine's measured float32 matmul
 peak (FLOPs of one update counted by XLA's cost analysis) and the peak resident memory of a
 subprocess that trains on 1M transitions, against ``2 x dataset bytes + 1.5 GB``.
@@ -165,9 +169,10 @@ class OffrlSide:
         return first
 
     def run(self) -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         self.agents, metrics = self.trainer.run(self.agents, self.data_keys, self.data, self.chunk)
         self._jax.block_until_ready((self.agents, metrics))
+        self.cpu_seconds = time.process_time() - c0
         return time.perf_counter() - t0
 
     def flops_per_update(self) -> float:
@@ -223,9 +228,10 @@ class D3rlpySide:
         return time.perf_counter() - t0
 
     def run(self) -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(self.steps):
             self.algo.update(self.dataset.sample_transition_batch(BATCH_SIZE))
+        self.cpu_seconds = time.process_time() - c0
         return time.perf_counter() - t0
 
 
@@ -331,16 +337,19 @@ def main(argv=None) -> int:
         if theirs:
             theirs.warmup()
         flops = ours.flops_per_update()
-        ours_rates, fractions = [], []
+        ours_rates, fractions, ours_cpu = [], [], []
         theirs_rates: dict[int, list[float]] = {t: [] for t in thread_settings}
+        theirs_cpu: dict[int, list[float]] = {t: [] for t in thread_settings}
         for _ in range(args.rounds):
             round_peak = matmul_peak_flops(args.peak_size, repeats=2)  # the peak under this round's load
             ours_rates.append(args.steps / ours.run())
+            ours_cpu.append(args.steps / ours.cpu_seconds)
             fractions.append(flops * ours_rates[-1] / round_peak)
             peak = max(peak, round_peak)
             for threads in thread_settings:
                 torch.set_num_threads(threads)
                 theirs_rates[threads].append(args.d3rlpy_steps / theirs.run())
+                theirs_cpu[threads].append(args.d3rlpy_steps / theirs.cpu_seconds)
         torch.set_num_threads(default_threads)
         d3rlpy_medians = {t: statistics.median(r) for t, r in theirs_rates.items()}
         best_threads = max(d3rlpy_medians, key=d3rlpy_medians.get) if d3rlpy_medians else None
@@ -351,10 +360,16 @@ def main(argv=None) -> int:
                "d3rlpy_steps_per_s": d3rlpy_medians.get(best_threads), "d3rlpy_best_threads": best_threads,
                "gflop_per_update": flops / 1e9, "peak_fraction_rounds": fractions}
         row["ratio"] = row["offrl_steps_per_s"] / row["d3rlpy_steps_per_s"] if theirs else None
+        # updates per CPU-second (all threads of this process): the work per update, robust to load
+        row["offrl_steps_per_cpu_s"] = statistics.median(ours_cpu)
+        row["d3rlpy_steps_per_cpu_s"] = statistics.median(theirs_cpu[best_threads]) if theirs else None
+        row["cpu_ratio"] = row["offrl_steps_per_cpu_s"] / row["d3rlpy_steps_per_cpu_s"] if theirs else None
         row["peak_fraction"] = statistics.median(fractions)
         console.print(f"  offrl {row['offrl_steps_per_s']:.1f} steps/s"
                       + "".join(f", d3rlpy ({t} thr) {v:.1f} steps/s" for t, v in d3rlpy_medians.items())
-                      + (f", ratio {row['ratio']:.2f}x" if theirs else "") + f", {row['peak_fraction']:.0%} of peak")
+                      + (f", ratio {row['ratio']:.2f}x" if theirs else "") + f", {row['peak_fraction']:.0%} of peak"
+                      + (f"; per CPU-second offrl {row['offrl_steps_per_cpu_s']:.0f}, d3rlpy ({best_threads} thr) "
+                         f"{row['d3rlpy_steps_per_cpu_s']:.0f}: {row['cpu_ratio']:.2f}x" if theirs else ""))
         results.append(row)
         del ours, theirs
 
@@ -375,12 +390,13 @@ def main(argv=None) -> int:
     table.add_column("offrl steps/s", justify="right")
     for t in thread_settings:
         table.add_column(f"d3rlpy steps/s ({t} thr)", justify="right")
-    for col in ("ratio (vs best d3rlpy)", "GFLOP/update", "offrl GFLOP/s", "of peak", "compile+1st chunk s"):
+    for col in ("ratio (vs best d3rlpy)", "ratio per CPU-s", "GFLOP/update", "offrl GFLOP/s", "of peak", "compile+1st chunk s"):
         table.add_column(col, justify="right")
     for r in results:
         table.add_row(r["algo"], f"{r['offrl_steps_per_s']:.1f}",
                       *(f"{r['d3rlpy_steps_per_s_by_threads'][t]:.1f}" for t in thread_settings),
-                      "-" if r["ratio"] is None else f"{r['ratio']:.2f}x", f"{r['gflop_per_update']:.3f}",
+                      "-" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+                      "-" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}x", f"{r['gflop_per_update']:.3f}",
                       f"{r['gflop_per_update'] * r['offrl_steps_per_s']:.1f}", f"{r['peak_fraction']:.0%}",
                       f"{r['offrl_first_chunk_s']:.1f}")
     console.print(table)
