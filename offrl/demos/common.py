@@ -47,29 +47,44 @@ def rollout(act, episodes: int, seed: int, max_steps: int | None = None, env_id:
     return {"observations": steps[alive], "lengths": lengths, "returns": np.asarray(out["return"]), "steps": steps}
 
 
-def labelled_dataset(observations: np.ndarray, actions: np.ndarray, num_actions: int = 2):
+def labelled_dataset(observations: np.ndarray, actions: np.ndarray, num_actions: int = 2, action_low=None,
+                     action_high=None):
     """A :class:`offrl.data.Dataset` of states labelled with actions (for BC: rewards and
-    successors are placeholders)."""
+    successors are placeholders). ``num_actions > 0``: ``Discrete`` actions; ``0``: continuous
+    actions in the box ``[action_low, action_high]``."""
     from offrl.data import Dataset
 
     n = len(observations)
     terminals = np.zeros(n, bool)
-    return Dataset.from_arrays(observations, np.asarray(actions).reshape(-1, 1), np.zeros(n, np.float32), terminals,
-                               next_observations=observations, metadata={"num_actions": num_actions})
+    if num_actions:
+        metadata = {"num_actions": num_actions}
+    else:
+        metadata = {"action_low": np.asarray(action_low, float).tolist(), "action_high": np.asarray(action_high, float).tolist()}
+    return Dataset.from_arrays(observations, np.asarray(actions).reshape(n, -1), np.zeros(n, np.float32), terminals,
+                               next_observations=observations, metadata=metadata)
 
 
-def fit_bc(observations: np.ndarray, actions: np.ndarray, steps: int, seed: int = 0, num_actions: int = 2):
-    """Discrete BC on ``(observations, actions)``; returns ``act(obs) -> (B,) actions`` (greedy)."""
+def fit_bc(observations: np.ndarray, actions: np.ndarray, steps: int, seed: int = 0, num_actions: int = 2,
+           action_low=None, action_high=None, overrides: dict | None = None):
+    """BC on ``(observations, actions)`` with the engine: ``discrete_bc`` (cross-entropy) when
+    ``num_actions > 0``, else ``bc`` (MSE on actions rescaled from ``[action_low, action_high]`` to
+    ``[-1, 1]``). Returns ``act(obs) -> actions``: ``(B,)`` greedy indices or ``(B, action_dim)``
+    env-unit actions. ``overrides`` replace :data:`BC_OVERRIDES`' config fields."""
     import jax
 
     from offrl.engine import train
 
-    run = train("discrete_bc", labelled_dataset(observations, actions, num_actions), steps=steps, seed=seed, eval_every=steps,
-                eval_episodes=0, log_every=steps, progress=False, config_overrides=BC_OVERRIDES)
+    algo, base = ("discrete_bc", BC_OVERRIDES) if num_actions else ("bc", {**BC_OVERRIDES, "loss": "mse"})
+    overrides = {**base, **(overrides or {})}
+    data = labelled_dataset(observations, actions, num_actions, action_low, action_high)
+    run = train(algo, data, steps=steps, seed=seed, eval_every=steps, eval_episodes=0, log_every=steps, progress=False,
+                config_overrides=overrides)
     agent = jax.tree_util.tree_map(lambda x: x[0], run.agent)
     act_fn = jax.jit(run.module.act)
     info = run.info
-    return lambda obs: np.asarray(act_fn(agent, info.normalize(np.asarray(obs, np.float32))))
+    if num_actions:
+        return lambda obs: np.asarray(act_fn(agent, info.normalize(np.asarray(obs, np.float32))))
+    return lambda obs: info.to_env_action(np.asarray(act_fn(agent, info.normalize(np.asarray(obs, np.float32)))))
 
 
 def write_outputs(out, name: str, result: dict, figure) -> dict:
