@@ -253,3 +253,32 @@ def test_render_and_report_files(tmp_path, scripted):
 
 def test_sparkline():
     assert sparkline([0, 1, 2, 4]) == " ▂▄█"
+
+
+# ---------------------------------------------------------------------- discrete actions
+def test_discrete_data_gets_only_discrete_recommendations():
+    from offrl.algos import get_algorithm
+    from offrl.data import load
+
+    report = inspect_dataset(load("cartpole-medium-expert-v0"))
+    rec = report["recommendation"]
+    assert report["action_histogram"]["num_actions"] == 2
+    for name in [rec["algorithm"], *rec["alternatives"]]:
+        assert name.startswith("discrete_"), rec
+        assert get_algorithm(name).ACTION_SPACE == "discrete"
+    # CartPole's reward is always 1, but episodes that end in a terminal carry the signal: no "use BC" warning
+    assert not any("every reward is the same" in w for w in report["warnings"])
+
+
+def test_every_discrete_recommendation_names_the_discrete_family():
+    continuous = {"CQL", "IQL", "TD3+BC", "BC"}
+    cases = [({"estimate": "random", "kind": "random actions", "confidence": "high"}, "discrete_cql"),
+             ({"estimate": "expert", "kind": "one policy", "confidence": "high", "level": {"median_score": 95.0}}, "discrete_bc"),
+             ({"estimate": "expert", "kind": "one policy", "confidence": "high", "score_spread": 40.0,
+               "level": {"median_score": 95.0}}, "discrete_bcq"),
+             ({"estimate": "medium-replay", "kind": "learning history", "confidence": "low", "level": None}, "discrete_iql")]
+    for tier, expected in cases:
+        rec = recommend(tier, discrete=True)
+        assert rec["algorithm"] == expected
+        assert not continuous & {rec["algorithm"], *rec["alternatives"]}
+        assert not any(f" {c} " in f" {r} " or r.startswith(f"{c}'s") for r in rec["reasons"] for c in continuous), rec

@@ -109,7 +109,7 @@ def inspect_dataset(ds: Dataset, env_id: str | None = None, seed: int = 0) -> di
         "duplicates": duplicates,
         "tier": tier,
     }
-    report["recommendation"] = recommend(tier, states)
+    report["recommendation"] = recommend(tier, states, discrete=report["action_histogram"] is not None)
     report["warnings"] = _warnings(report)
     return json.loads(json.dumps(report, default=_json_default))
 
@@ -135,8 +135,8 @@ def _warnings(r: dict) -> list[str]:
                    "pure extrapolation; prefer discrete_cql, discrete_bcq or discrete_iql to dqn")
     if r["action_coverage"]["out_of_bounds"] and not r.get("action_histogram"):
         out.append(f"{r['action_coverage']['out_of_bounds']} actions lie outside the action bounds: clip them before training")
-    if r["rewards"]["std"] == 0:
-        out.append("every reward is the same: value-based methods cannot learn from it; use BC")
+    if r["rewards"]["std"] == 0 and r["episodes_ending_in_terminal"] == 0:
+        out.append("every reward is the same and no episode ends in a terminal: value-based methods cannot learn from it; use BC")
     if r["rewards"]["abs_max"] > 100:
         out.append(f"large rewards (|r| up to {r['rewards']['abs_max']:.3g}): consider reward scaling")
     if r["terminals"] == 0 and r["timeouts"] == 0:

@@ -46,7 +46,9 @@ The metadata's tier is reported beside it.
 
 **Recommendation** (the dataset-quality table) cites both: random actions -> CQL; one policy
 near expert -> BC (TD3+BC when the scores spread widely); one weaker policy, a mixture or a
-learning history -> IQL.
+learning history -> IQL. For ``Discrete`` actions the same rule names the discrete family:
+discrete_cql, discrete_bc (discrete_bcq, the discrete algorithm that keeps Q-learning on the
+data's actions, where TD3+BC would be) and discrete_iql.
 """
 
 from __future__ import annotations
@@ -249,8 +251,22 @@ def estimate_tier(kind: dict, level: dict | None, episodes: int, declared: str |
             "score_spread": level["score_spread"] if level else None}
 
 
-def recommend(tier: dict, coverage: dict | None = None) -> dict:
-    """The algorithm the dataset-quality table suggests for this kind and level, with reasons citing both."""
+#: The algorithm names the recommendation uses, per action family: continuous names are the
+#: table's, discrete ones are ``offrl train`` names of the discrete family.
+NAMES = {
+    False: {"cql": "CQL", "iql": "IQL", "constrained": "TD3+BC", "bc": "BC",
+            "constrained_how": "TD3+BC's value term lets it prefer the better episodes while its BC term keeps it close to the data",
+            "constrained_safer": "TD3+BC adds a value term on top of the BC term"},
+    True: {"cql": "discrete_cql", "iql": "discrete_iql", "constrained": "discrete_bcq", "bc": "discrete_bc",
+           "constrained_how": "discrete_bcq's Q-learning lets it prefer the better episodes while its behaviour-model threshold keeps the max on the data's actions",
+           "constrained_safer": "discrete_bcq learns values but keeps its greedy choice among actions the data shows"},
+}
+
+
+def recommend(tier: dict, coverage: dict | None = None, discrete: bool = False) -> dict:
+    """The algorithm the dataset-quality table suggests for this kind and level, with reasons citing
+    both; ``discrete=True`` (a ``Discrete`` action space) names only discrete-action algorithms."""
+    n = NAMES[bool(discrete)]
     kind, t = tier.get("kind"), tier["estimate"]
     level = tier.get("level")
     med = level["median_score"] if level else None
@@ -258,28 +274,31 @@ def recommend(tier: dict, coverage: dict | None = None) -> dict:
     if kind is None:  # a hand-built tier dict: read the kind from the tier name
         kind = {"random": "random actions", "medium-replay": "learning history", "medium-expert": "mixture of policies"}.get(t, "one policy")
     if kind == "random actions":
-        algo, alts = "CQL", ["IQL"]
+        algo, alts = n["cql"], [n["iql"]]
         reasons = [f"random actions ({level_text}): cloning them reproduces random behaviour, and the values of actions the data rarely shows are easily over-estimated",
-                   "CQL's conservative penalty pushes down Q-values of unseen actions, which matters most when coverage of good states is low"]
+                   f"{n['cql']}'s conservative penalty pushes down Q-values of unseen actions, which matters most when coverage of good states is low"]
         if coverage is not None and coverage.get("occupied_fraction", 1.0) < 0.3:
             reasons.append(f"state coverage is low ({100 * coverage['occupied_fraction']:.0f}% of the PCA grid occupied)")
     elif kind == "one policy" and t == "expert":
         spread = tier.get("score_spread") or 0.0
         if spread > WIDE_SPREAD:
-            algo, alts = "TD3+BC", ["BC"]
-            reasons = [f"one near-expert policy ({level_text}) with a wide spread of scores ({spread:.0f} points): TD3+BC's value term lets it prefer the better episodes while its BC term keeps it close to the data",
-                       "plain BC also imitates the weaker episodes"]
+            algo, alts = n["constrained"], [n["bc"]]
+            reasons = [f"one near-expert policy ({level_text}) with a wide spread of scores ({spread:.0f} points): {n['constrained_how']}",
+                       "plain behaviour cloning also imitates the weaker episodes"]
         else:
-            algo, alts = "BC", ["TD3+BC"]
+            algo, alts = n["bc"], [n["constrained"]]
             reasons = [f"one near-expert policy ({level_text}), narrow data: behaviour cloning copies the good behaviour directly",
-                       "TD3+BC adds a value term on top of the BC term and is the safer choice if some episodes are weaker"]
+                       f"{n['constrained_safer']} and is the safer choice if some episodes are weaker"]
     else:
-        algo = "IQL"
-        alts = ["TD3+BC"] if kind in ("one policy", "mixture of policies") else ["CQL", "TD3+BC"]
+        algo = n["iql"]
+        alts = [n["constrained"]] if kind in ("one policy", "mixture of policies") else [n["cql"], n["constrained"]]
         what = {"one policy": "one suboptimal policy" if med is not None else "one policy of unknown quality",
                 "mixture of policies": "a mixture of policies", "learning history": "a learner's history of improving policies"}[kind]
-        reasons = [f"{what} ({level_text}): IQL learns values in-sample with an expectile loss, so it improves on the behaviour without querying actions outside the data",
+        reasons = [f"{what} ({level_text}): {n['iql']} learns values in-sample with an expectile loss, so it improves on the behaviour without querying actions outside the data",
                    "its advantage-weighted policy extraction keeps the better actions and down-weights the worse episodes"]
     if tier.get("confidence") == "low":
-        reasons.append("the estimate is uncertain; IQL is the most robust default across tiers if in doubt")
+        reasons.append(f"the estimate is uncertain; {n['iql']} is the most robust default across tiers if in doubt")
+    if discrete:
+        reasons.append("the actions are discrete: only the discrete family (discrete_bc, dqn, double_dqn, discrete_cql, "
+                       "discrete_bcq, discrete_iql) trains on them")
     return {"algorithm": algo, "alternatives": alts, "reasons": reasons}
