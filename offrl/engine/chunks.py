@@ -24,24 +24,30 @@ from offrl.engine.data import sampler
 _CHUNK_FNS: dict[tuple, Any] = {}
 
 
-def make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
+def make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool, batch_sharding=None):
     """``chunk(agents, data_keys, data) -> (agents, metrics)``: ``num_steps`` scanned updates.
 
     ``metrics[name]`` has shape ``(seeds, num_steps)`` (``(num_steps,)`` unvmapped). The
     jitted function is cached, so runs with the same algorithm and shapes in one process
-    compile once.
+    compile once. ``batch_sharding`` (one seed only) splits every minibatch's batch axis over
+    devices (:mod:`offrl.engine.sharding`).
     """
-    cache_key = (module.__name__, num_steps, batch_size, vmap_seeds)
+    cache_key = (module.__name__, num_steps, batch_size, vmap_seeds, batch_sharding)
     if cache_key not in _CHUNK_FNS:
-        _CHUNK_FNS[cache_key] = _make_chunk_fn(module, num_steps, batch_size, vmap_seeds)
+        _CHUNK_FNS[cache_key] = _make_chunk_fn(module, num_steps, batch_size, vmap_seeds, batch_sharding)
     return _CHUNK_FNS[cache_key]
 
 
-def scan_updates(module, agent, data_key, data, num_steps: int, batch_size: int):
+def scan_updates(module, agent, data_key, data, num_steps: int, batch_size: int, batch_sharding=None):
     """``num_steps`` updates of one agent in a ``lax.scan`` (traceable; the body of every chunk)."""
     import jax
 
     sample = sampler(module)
+    if batch_sharding is not None:
+        from offrl.engine.sharding import constrain_batch
+
+        draw = sample
+        sample = lambda d, k, b: constrain_batch(draw(d, k, b), batch_sharding, b)  # noqa: E731
 
     def body(agent, _):
         batch = sample(data, jax.random.fold_in(data_key, agent.step), batch_size)
@@ -71,11 +77,11 @@ def vmap_over_seeds(fn):
     return wrapped
 
 
-def _make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
+def _make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool, batch_sharding=None):
     import jax
 
     def one_seed(agent, data_key, data):
-        return scan_updates(module, agent, data_key, data, num_steps, batch_size)
+        return scan_updates(module, agent, data_key, data, num_steps, batch_size, batch_sharding)
 
     if not vmap_seeds:
         return jax.jit(one_seed)
@@ -109,16 +115,18 @@ def stack(tree):
 
 class Trainer:
     """Runs scanned chunks for all seeds (vmapped with the shared step counter unbatched; plain
-    when there is one seed)."""
+    when there is one seed, whose minibatches ``batch_sharding`` may split over devices)."""
 
-    def __init__(self, module, batch_size: int, seeds: int):
+    def __init__(self, module, batch_size: int, seeds: int, batch_sharding=None):
         self.module, self.batch_size, self.seeds = module, batch_size, seeds
+        self.batch_sharding = batch_sharding if seeds == 1 else None
         self._fns: dict[int, Any] = {}
 
     def run(self, agents, data_keys, data, num_steps: int):
         fn = self._fns.get(num_steps)
         if fn is None:
-            fn = self._fns[num_steps] = make_chunk_fn(self.module, num_steps, self.batch_size, self.seeds > 1)
+            fn = self._fns[num_steps] = make_chunk_fn(self.module, num_steps, self.batch_size, self.seeds > 1,
+                                                      self.batch_sharding)
         if self.seeds > 1:
             return fn(agents, data_keys, data)
         agent, metrics = fn(unstack(agents), data_keys[0], data)
