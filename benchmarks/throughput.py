@@ -1,7 +1,10 @@
-"""Training throughput of offrl vs d3rlpy, side by side in one process, on the same synthetic data.
+"""Training throughput of offrl vs d3rlpy, side by side in one process, on the same data.
 
-Both libraries train on the same HalfCheetah-shaped random transitions (obs 17, action 6),
-with the same network widths (256 x 256; BCQ's VAE 750 x 750), batch size 256 and 2 critics.
+Continuous algorithms: both libraries train on the same HalfCheetah-shaped random transitions
+(obs 17, action 6), with the same network widths (256 x 256; BCQ's VAE 750 x 750), batch size 256
+and 2 critics. Discrete algorithms (``dqn``, ``discrete_cql``, ``discrete_bc`` vs d3rlpy's
+``DQN``, ``DiscreteCQL``, ``DiscreteBC``): both train on the bundled ``cartpole-medium-expert-v0``
+(obs 4, 2 actions) with one 256 x 256 Q-network (or logit network), Huber TD loss and batch 256.
 For every algorithm both sides are built and warmed up first (offrl: XLA compilation of the
 scanned chunk plus one chunk; d3rlpy: a few updates), then timed in alternating rounds
 (offrl chunk, d3rlpy block, offrl chunk, ...) so that load from other processes on a shared
@@ -12,6 +15,10 @@ minibatches sampled inside jit, ``lax.scan`` over a chunk of updates). d3rlpy's 
 of its ``fit`` loop (``dataset.sample_transition_batch`` then ``algo.update``) with its logging
 left out, on CPU with its default torch thread count.
 
+Beside wall-clock updates/s it reports updates per CPU-second of this process (``time.process_time``
+over all its threads, d3rlpy at its fastest thread setting): the work one update costs, which
+load from other processes on a shared machine barely changes.
+
 It also prints offrl's achieved FLOP/s as a fraction of this machine's measured float32 matmul
 peak (FLOPs of one update counted by XLA's cost analysis) and the peak resident memory of a
 subprocess that trains on 1M transitions, against ``2 x dataset bytes + 1.5 GB``.
@@ -20,6 +27,7 @@ Run (d3rlpy lives in its own virtualenv, see benchmarks/README.md)::
 
     /work/venv-bench/bin/python benchmarks/throughput.py
     /work/venv-bench/bin/python benchmarks/throughput.py --algos iql,cql --quick
+    /work/venv-bench/bin/python benchmarks/throughput.py --algos dqn,discrete_cql,discrete_bc --memory-transitions 0
 """
 
 from __future__ import annotations
@@ -39,7 +47,10 @@ import time
 import numpy as np
 
 OBS_DIM, ACTION_DIM, BATCH_SIZE = 17, 6, 256
-ALL_ALGOS = ("bc", "td3_bc", "iql", "cql", "awac", "bcq")
+CONTINUOUS_ALGOS = ("bc", "td3_bc", "iql", "cql", "awac", "bcq")
+DISCRETE_ALGOS = ("dqn", "discrete_cql", "discrete_bc")
+ALL_ALGOS = CONTINUOUS_ALGOS + DISCRETE_ALGOS
+DISCRETE_DATASET = "cartpole-medium-expert-v0"
 
 #: offrl overrides that make each algorithm match the d3rlpy configuration below
 #: (256 x 256 networks everywhere, batch 256, 2 critics; BC trained by MSE on both sides).
@@ -52,6 +63,10 @@ OFFRL_OVERRIDES = {
              "batch_size": BATCH_SIZE, "actor_weight_decay": 0.0},
     "bcq": {"hidden_dims": (256, 256), "vae_hidden_dims": (750, 750),
             "num_qs": 2, "batch_size": BATCH_SIZE, "num_samples": 10},
+    # discrete: one 256 x 256 Q-network (or logit network), Huber TD loss, batch 256, no double-Q
+    "dqn": {"hidden_dims": (256, 256), "batch_size": BATCH_SIZE},
+    "discrete_cql": {"hidden_dims": (256, 256), "batch_size": BATCH_SIZE, "cql_alpha": 1.0},
+    "discrete_bc": {"hidden_dims": (256, 256), "batch_size": BATCH_SIZE},
 }
 
 
@@ -79,6 +94,14 @@ def d3rlpy_config(name: str):
         vae = d3rlpy.models.VectorEncoderFactory(hidden_units=[750, 750])
         return d3rlpy.algos.BCQConfig(actor_encoder_factory=mlp, critic_encoder_factory=mlp,
                                       imitator_encoder_factory=vae, n_critics=2, n_action_samples=10, **common)
+    # discrete (d3rlpy's DQN/DiscreteCQL: one Q-network, Huber loss, hard target copy every
+    # target_update_interval steps; offrl: Polyak target every step, a few extra FLOPs per update)
+    if name == "dqn":
+        return d3rlpy.algos.DQNConfig(encoder_factory=mlp, n_critics=1, **common)
+    if name == "discrete_cql":
+        return d3rlpy.algos.DiscreteCQLConfig(encoder_factory=mlp, n_critics=1, alpha=1.0, **common)
+    if name == "discrete_bc":  # d3rlpy's beta = 0.5 logit-norm penalty is a few FLOPs; left at its default
+        return d3rlpy.algos.DiscreteBCConfig(encoder_factory=mlp, **common)
     raise ValueError(name)
 
 
@@ -101,6 +124,16 @@ def make_data(num_transitions: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
+def load_discrete_data() -> dict[str, np.ndarray]:
+    """The bundled ``cartpole-medium-expert-v0`` (obs 4, 2 discrete actions) as arrays."""
+    from offrl.data import load
+
+    ds = load(DISCRETE_DATASET)
+    return {"observations": ds.observations, "actions": ds.actions, "rewards": ds.rewards,
+            "terminals": ds.terminals, "timeouts": ds.timeouts, "next_observations": ds.next_observations,
+            "metadata": dict(ds.metadata)}
+
+
 # ---------------------------------------------------------------------- offrl side
 class OffrlSide:
     """The engine's scanned chunk for one seed, on device-resident data."""
@@ -119,9 +152,10 @@ class OffrlSide:
         from offrl.data import Dataset
 
         dataset = Dataset.from_arrays(data["observations"], data["actions"], data["rewards"], data["terminals"],
-                                      data["timeouts"], next_observations=data["next_observations"])
-        self.data, _ = engine.prepare_data(dataset, self.config, None, self.module)  # the training path
-        self.agents, self.data_keys = engine.create_agents(self.module, self.config, OBS_DIM, ACTION_DIM, 0, 1)
+                                      data["timeouts"], next_observations=data["next_observations"],
+                                      metadata=data.get("metadata"))
+        self.data, info = engine.prepare_data(dataset, self.config, None, self.module)  # the training path
+        self.agents, self.data_keys = engine.create_agents(self.module, self.config, info.obs_dim, info.action_dim, 0, 1)
         self.trainer = engine.Trainer(self.module, self.config.batch_size, 1)
         self.chunk = chunk
         self._jax = jax
@@ -135,9 +169,10 @@ class OffrlSide:
         return first
 
     def run(self) -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         self.agents, metrics = self.trainer.run(self.agents, self.data_keys, self.data, self.chunk)
         self._jax.block_until_ready((self.agents, metrics))
+        self.cpu_seconds = time.process_time() - c0
         return time.perf_counter() - t0
 
     def flops_per_update(self) -> float:
@@ -177,9 +212,11 @@ class D3rlpySide:
     def __init__(self, name: str, data: dict[str, np.ndarray], steps: int):
         import d3rlpy
 
+        discrete = name in DISCRETE_ALGOS
         self.dataset = d3rlpy.dataset.MDPDataset(
-            data["observations"], data["actions"], data["rewards"], data["terminals"].astype(np.float32),
-            data["timeouts"].astype(np.float32), action_space=d3rlpy.ActionSpace.CONTINUOUS)
+            data["observations"], data["actions"].reshape(len(data["actions"]), -1), data["rewards"],
+            data["terminals"].astype(np.float32), data["timeouts"].astype(np.float32),
+            action_space=d3rlpy.ActionSpace.DISCRETE if discrete else d3rlpy.ActionSpace.CONTINUOUS)
         self.algo = d3rlpy_config(name).create(device="cpu:0")
         self.algo.build_with_dataset(self.dataset)
         self.steps = steps
@@ -191,9 +228,10 @@ class D3rlpySide:
         return time.perf_counter() - t0
 
     def run(self) -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(self.steps):
             self.algo.update(self.dataset.sample_transition_batch(BATCH_SIZE))
+        self.cpu_seconds = time.process_time() - c0
         return time.perf_counter() - t0
 
 
@@ -284,42 +322,54 @@ def main(argv=None) -> int:
     console.print(f"jax {jax.__version__} ({jax.default_backend()}), "
                   + (f"d3rlpy {d3rlpy.__version__} / torch {torch.__version__} (default {default_threads} threads), "
                      if d3rlpy else "") + f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    data = make_data(args.transitions)
+    continuous_data = make_data(args.transitions) if set(args.algos) & set(CONTINUOUS_ALGOS) else None
+    discrete_data = load_discrete_data() if set(args.algos) & set(DISCRETE_ALGOS) else None
     peak = matmul_peak_flops(args.peak_size)
     console.print(f"float32 matmul peak ({args.peak_size}x{args.peak_size}, jitted): {peak / 1e9:.1f} GFLOP/s")
 
     results = []
     for name in args.algos:
         console.print(f"[bold]{name}[/]: building and warming up both sides ...")
+        data = discrete_data if name in DISCRETE_ALGOS else continuous_data
         ours = OffrlSide(name, data, args.steps)
         compile_s = ours.warmup()
         theirs = D3rlpySide(name, data, args.d3rlpy_steps) if d3rlpy else None
         if theirs:
             theirs.warmup()
         flops = ours.flops_per_update()
-        ours_rates, fractions = [], []
+        ours_rates, fractions, ours_cpu = [], [], []
         theirs_rates: dict[int, list[float]] = {t: [] for t in thread_settings}
+        theirs_cpu: dict[int, list[float]] = {t: [] for t in thread_settings}
         for _ in range(args.rounds):
             round_peak = matmul_peak_flops(args.peak_size, repeats=2)  # the peak under this round's load
             ours_rates.append(args.steps / ours.run())
+            ours_cpu.append(args.steps / ours.cpu_seconds)
             fractions.append(flops * ours_rates[-1] / round_peak)
             peak = max(peak, round_peak)
             for threads in thread_settings:
                 torch.set_num_threads(threads)
                 theirs_rates[threads].append(args.d3rlpy_steps / theirs.run())
+                theirs_cpu[threads].append(args.d3rlpy_steps / theirs.cpu_seconds)
         torch.set_num_threads(default_threads)
         d3rlpy_medians = {t: statistics.median(r) for t, r in theirs_rates.items()}
         best_threads = max(d3rlpy_medians, key=d3rlpy_medians.get) if d3rlpy_medians else None
-        row = {"algo": name, "offrl_steps_per_s": statistics.median(ours_rates),
+        row = {"algo": name, "data": DISCRETE_DATASET if name in DISCRETE_ALGOS else "synthetic HalfCheetah-shaped",
+               "offrl_steps_per_s": statistics.median(ours_rates),
                "offrl_rounds": ours_rates, "offrl_first_chunk_s": compile_s,
                "d3rlpy_steps_per_s_by_threads": d3rlpy_medians, "d3rlpy_rounds_by_threads": theirs_rates,
                "d3rlpy_steps_per_s": d3rlpy_medians.get(best_threads), "d3rlpy_best_threads": best_threads,
                "gflop_per_update": flops / 1e9, "peak_fraction_rounds": fractions}
         row["ratio"] = row["offrl_steps_per_s"] / row["d3rlpy_steps_per_s"] if theirs else None
+        # updates per CPU-second (all threads of this process): the work per update, robust to load
+        row["offrl_steps_per_cpu_s"] = statistics.median(ours_cpu)
+        row["d3rlpy_steps_per_cpu_s"] = statistics.median(theirs_cpu[best_threads]) if theirs else None
+        row["cpu_ratio"] = row["offrl_steps_per_cpu_s"] / row["d3rlpy_steps_per_cpu_s"] if theirs else None
         row["peak_fraction"] = statistics.median(fractions)
         console.print(f"  offrl {row['offrl_steps_per_s']:.1f} steps/s"
                       + "".join(f", d3rlpy ({t} thr) {v:.1f} steps/s" for t, v in d3rlpy_medians.items())
-                      + (f", ratio {row['ratio']:.2f}x" if theirs else "") + f", {row['peak_fraction']:.0%} of peak")
+                      + (f", ratio {row['ratio']:.2f}x" if theirs else "") + f", {row['peak_fraction']:.0%} of peak"
+                      + (f"; per CPU-second offrl {row['offrl_steps_per_cpu_s']:.0f}, d3rlpy ({best_threads} thr) "
+                         f"{row['d3rlpy_steps_per_cpu_s']:.0f}: {row['cpu_ratio']:.2f}x" if theirs else ""))
         results.append(row)
         del ours, theirs
 
@@ -329,18 +379,24 @@ def main(argv=None) -> int:
         memory = measure_memory(args.memory_algo, args.memory_transitions, 200)
         memory["budget"] = 2 * memory["dataset_bytes"] + 1.5e9
 
-    table = Table(title=f"Training throughput, HalfCheetah-shaped data (obs {OBS_DIM}, act {ACTION_DIM}), "
-                        f"256x256 MLPs, batch {BATCH_SIZE}, 2 critics, {args.transitions:,} transitions")
+    what = []
+    if continuous_data is not None:
+        what.append(f"continuous: HalfCheetah-shaped data (obs {OBS_DIM}, act {ACTION_DIM}), 2 critics, "
+                    f"{args.transitions:,} transitions")
+    if discrete_data is not None:
+        what.append(f"discrete: {DISCRETE_DATASET} (obs 4, 2 actions, {len(discrete_data['rewards']):,} transitions), 1 Q-network")
+    table = Table(title=f"Training throughput, 256x256 MLPs, batch {BATCH_SIZE}; " + "; ".join(what))
     table.add_column("algorithm")
     table.add_column("offrl steps/s", justify="right")
     for t in thread_settings:
         table.add_column(f"d3rlpy steps/s ({t} thr)", justify="right")
-    for col in ("ratio (vs best d3rlpy)", "GFLOP/update", "offrl GFLOP/s", "of peak", "compile+1st chunk s"):
+    for col in ("ratio (vs best d3rlpy)", "ratio per CPU-s", "GFLOP/update", "offrl GFLOP/s", "of peak", "compile+1st chunk s"):
         table.add_column(col, justify="right")
     for r in results:
         table.add_row(r["algo"], f"{r['offrl_steps_per_s']:.1f}",
                       *(f"{r['d3rlpy_steps_per_s_by_threads'][t]:.1f}" for t in thread_settings),
-                      "-" if r["ratio"] is None else f"{r['ratio']:.2f}x", f"{r['gflop_per_update']:.3f}",
+                      "-" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+                      "-" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}x", f"{r['gflop_per_update']:.3f}",
                       f"{r['gflop_per_update'] * r['offrl_steps_per_s']:.1f}", f"{r['peak_fraction']:.0%}",
                       f"{r['offrl_first_chunk_s']:.1f}")
     console.print(table)

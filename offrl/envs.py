@@ -84,11 +84,28 @@ def normalized_score(env_id: str, returns, metadata: dict | None = None):
     return 100.0 * (np.asarray(returns, dtype=np.float64) - lo) / (hi - lo)
 
 
+def register_optional_envs(env_id: str | None) -> None:
+    """Register the Gymnasium ids of optional env packages that importing them does not register:
+    MinAtar's ``MinAtar/<Game>-v0`` / ``-v1`` (``pip install 'offrl[minatar]'``)."""
+    if not str(env_id or "").startswith("MinAtar/"):
+        return
+    from gymnasium.envs.registration import registry
+
+    if env_id in registry:
+        return
+    try:
+        from minatar.gym import register_envs
+    except ImportError:
+        raise ConfigError(f"environment '{env_id}' needs the minatar package; install it with pip install 'offrl[minatar]'.") from None
+    register_envs()
+
+
 def make_env(env_id: str, **kwargs):
     """``gymnasium.make`` with one clear error for an unknown id or an action space that is
     neither ``Box`` nor ``Discrete``."""
     import gymnasium as gym
 
+    register_optional_envs(env_id)
     try:
         env = gym.make(env_id, **kwargs)
     except gym.error.Error as exc:
@@ -107,6 +124,7 @@ def check_env_id(env_id: str | None, flag: str = "--env") -> None:
         return
     import difflib
 
+    register_optional_envs(env_id)
     from gymnasium.envs.registration import registry
 
     if env_id in registry:

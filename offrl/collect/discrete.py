@@ -205,9 +205,9 @@ def train_dqn_behavior(env_id: str, out, config: DQNBehaviorConfig = DQNBehavior
     env, eval_env = VectorEnv(env_id, 1), VectorEnv(env_id, config.eval_episodes)
     if not env.num_actions:
         raise ConfigError(f"environment '{env_id}' has no Discrete action space; the DQN behaviour learner is for discrete envs.")
-    if len(env.obs_shape) != 1:
-        raise ConfigError(f"environment '{env_id}' has observations of shape {env.obs_shape}; offrl collect needs flat vector observations.")
     facts = env_facts(env_id, env)
+    if len(env.obs_shape) != 1:  # e.g. MinAtar's (10, 10, channels) grids: rows hold them flattened (C order)
+        facts["observation_shape"] = list(env.obs_shape)
     obs_dim, n_act = env.obs_dim, env.num_actions
     agent = dqn.create(dqn_config, obs_dim, n_act, jax.random.PRNGKey(config.seed))
     q_fn, learn = _learner_fns(dqn_config, config.update_every, jax.random.PRNGKey(config.seed + 2_000_003))

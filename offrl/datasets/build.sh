@@ -19,5 +19,8 @@ offrl collect dataset --env CartPole-v1 --tier medium-expert --size 10000 --seed
 if [ -f "$ZOO/hopper/zoo.json" ]; then
   offrl collect dataset --env Hopper-v5 --tier medium --size 20000 --seed 0 --zoo "$ZOO/hopper" --name hopper-medium-20k-v0 --out "$HERE/hopper-medium-20k-v0.hdf5" --no-register --compress --quiet
 fi
-chmod 644 "$HERE"/*.hdf5
+# Experts for `offrl demo dagger` (NumPy policies: policy.npz + policy.json): each zoo's best snapshot.
+python -m offrl.demos.experts --zoo "$ZOO/pendulum20k" --out "$HERE/experts/pendulum-sac"
+python -m offrl.demos.experts --zoo "$ZOO/cartpole40k" --out "$HERE/experts/cartpole-dqn"
+chmod 644 "$HERE"/*.hdf5 "$HERE"/experts/*/*
 python "$HERE/manifest.py"

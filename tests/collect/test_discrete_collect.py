@@ -64,3 +64,48 @@ def test_doctor_warns_about_actions_never_logged():
     report = inspect_dataset(ds)
     assert report["action_histogram"]["unseen_actions"] == [2, 3]
     assert any("[2, 3] never appear" in w for w in report["warnings"])
+
+
+# ---------------------------------------------------------------------- optional discrete envs
+def _train_tiny(env_id, out):
+    import json
+
+    from offrl.cli import main
+
+    rc = main(["collect", "train-behavior", "--env", env_id, "--steps", "300", "--start-steps", "100",
+               "--snapshot-every", "150", "--eval-episodes", "1", "--update-every", "10", "--out", str(out), "--quiet"])
+    assert rc in (0, None)
+    return json.loads((out / "zoo.json").read_text())
+
+
+def test_lunar_lander_behaviour_zoo(tmp_path):
+    pytest.importorskip("Box2D", reason="LunarLander-v3 needs pip install 'offrl[box2d]'")
+    pytest.importorskip("pygame", reason="gymnasium's box2d envs import pygame: pip install 'offrl[box2d]'")
+    index = _train_tiny("LunarLander-v3", tmp_path)
+    assert index["algorithm"] == "DQN" and index["num_actions"] == 4 and index["obs_dim"] == 8
+    assert [s["step"] for s in index["snapshots"]] == [0, 150, 300]
+
+
+def test_minatar_behaviour_zoo_with_flattened_grids(tmp_path):
+    pytest.importorskip("minatar", reason="MinAtar games need pip install 'offrl[minatar]'")
+    from offrl.collect.zoo import read_replay
+
+    index = _train_tiny("MinAtar/Breakout-v1", tmp_path)
+    assert index["num_actions"] == 3 and index["observation_shape"] == [10, 10, 4] and index["obs_dim"] == 400
+    replay = read_replay(tmp_path)
+    assert replay["observations"].shape == (300, 400) and set(np.unique(replay["observations"])) <= {0.0, 1.0}
+    assert replay["observations"].any(axis=1).all()  # every grid shows the paddle and the ball
+
+
+def test_minatar_id_without_the_package_is_one_clear_error(monkeypatch):
+    import sys
+
+    from offrl.envs import check_env_id
+    from offrl.errors import ConfigError
+
+    from gymnasium.envs.registration import registry
+
+    monkeypatch.delitem(registry, "MinAtar/Seaquest-v0", raising=False)  # registered by an earlier test
+    monkeypatch.setitem(sys.modules, "minatar.gym", None)  # as if minatar were not installed
+    with pytest.raises(ConfigError, match=r"pip install 'offrl\[minatar\]'"):
+        check_env_id("MinAtar/Seaquest-v0")
