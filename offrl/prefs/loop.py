@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -39,6 +39,33 @@ def resolve_mixed_precision(requested: str, cuda: bool, bf16_supported: bool) ->
     return "no", "auto: no CUDA GPU (fp32 on CPU)"
 
 
+def check_launch(env: Mapping[str, str]) -> None:
+    """Refuse an ``accelerate launch --num_processes N`` (N > 1) that started ONE process: accelerate's
+    simple launcher (chosen without ``--multi_gpu`` or several visible GPUs) exports
+    ``MASTER_ADDR`` for the processes it was asked for but starts only this one, which would then
+    train alone on the whole batch while the user believes it is sharded."""
+    launched_alone = "ACCELERATE_USE_CPU" in env and "MASTER_ADDR" in env and not any(
+        k in env for k in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"))
+    if launched_alone:
+        raise ConfigError("accelerate launch --num_processes N started one process here (its simple launcher, used "
+                          "without GPUs or --multi_gpu); run `accelerate launch --multi_gpu --num_processes N -m offrl "
+                          "prefs ...` (offrl joins the processes over gloo on CPU) or `torchrun --nproc_per_node N -m offrl prefs ...`.")
+
+
+def check_deepspeed(distributed_type, config: TrainConfig) -> None:
+    """Under DeepSpeed (``accelerate launch --config_file`` with ``distributed_type: DEEPSPEED``)
+    accelerate steps the engine inside ``backward`` and ZeRO partitions the optimizer state, so
+    this loop's own accumulation and its flattened optimizer checkpoints do not apply."""
+    if str(distributed_type).split(".")[-1] != "DEEPSPEED":
+        return
+    if int(getattr(config, "gradient_accumulation_steps", 1)) > 1:
+        raise ConfigError(f"--gradient-accumulation-steps {config.gradient_accumulation_steps} is not supported under "
+                          "DeepSpeed (it steps inside backward); pass 1 and raise --batch-size instead.")
+    if config.save_every:
+        raise ConfigError(f"--save-every {config.save_every} is not supported under DeepSpeed ZeRO (the optimizer state "
+                          "is partitioned over processes); pass --save-every 0 (the final model is still written).")
+
+
 def make_accelerator(mixed_precision: str = "auto"):
     """An :class:`accelerate.Accelerator` with the precision chosen by :func:`resolve_mixed_precision`
     (its reason kept as ``accelerator.precision_reason``).
@@ -49,6 +76,7 @@ def make_accelerator(mixed_precision: str = "auto"):
     join over gloo here."""
     from accelerate import Accelerator
 
+    check_launch(os.environ)
     cuda = torch.cuda.is_available()
     mode, reason = resolve_mixed_precision(mixed_precision, cuda, cuda and torch.cuda.is_bf16_supported())
     # several processes without CUDA (`accelerate launch --multi_gpu` or torchrun on a CPU machine):
@@ -116,6 +144,7 @@ def run_loop(
     save_model: Callable[[Any, str], None] | None = None,
 ) -> list[dict[str, float]]:
     """Train ``model`` for ``config.steps`` steps; returns the logged metric rows."""
+    check_deepspeed(accelerator.distributed_type, config)
     os.makedirs(out, exist_ok=True)
     ckpt_dir = os.path.join(out, "checkpoints")
     torch.manual_seed(config.seed)

@@ -32,6 +32,32 @@ def test_unknown_mixed_precision_is_one_sentence():
         resolve_mixed_precision("fp8", False, False)
 
 
+def test_a_launch_that_started_one_of_several_processes_is_refused():
+    from offrl.prefs.loop import check_launch
+
+    simple = {"ACCELERATE_USE_CPU": "False", "ACCELERATE_MIXED_PRECISION": "no", "MASTER_ADDR": "127.0.0.1",
+              "MASTER_PORT": "29500"}  # what `accelerate launch --num_processes 2` exports on a CPU machine
+    with pytest.raises(ConfigError, match="started one process here"):
+        check_launch(simple)
+    check_launch({**simple, "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"})  # torchrun / --multi_gpu
+    check_launch({"ACCELERATE_USE_CPU": "False"})  # accelerate launch with one process
+    check_launch({})  # plain python
+
+
+def test_deepspeed_refuses_what_this_loop_cannot_do_there():
+    from accelerate.utils import DistributedType
+
+    from offrl.prefs.loop import check_deepspeed
+
+    cfg = PreferenceConfig(gradient_accumulation_steps=2)
+    check_deepspeed(DistributedType.MULTI_GPU, cfg)
+    with pytest.raises(ConfigError, match="--gradient-accumulation-steps 2 is not supported under DeepSpeed"):
+        check_deepspeed(DistributedType.DEEPSPEED, cfg)
+    with pytest.raises(ConfigError, match="--save-every 5"):
+        check_deepspeed(DistributedType.DEEPSPEED, PreferenceConfig(save_every=5))
+    check_deepspeed(DistributedType.DEEPSPEED, PreferenceConfig())
+
+
 def _weights(folder, direct=False):
     from safetensors.torch import load_file
 
