@@ -6,8 +6,10 @@ dropout 0.1) and batch 64. Differences that remain: d3rlpy embeds observations w
 one-hidden-layer ReLU encoder (``VectorEncoderFactory([128])``) where offrl uses one linear
 layer; d3rlpy's update includes its own warm-up schedule. offrl's side is the engine's scanned
 chunk (segments sampled on the device); d3rlpy's is its ``fit`` loop body
-(``sample_trajectory_batch`` + ``update``), on CPU with its default torch threads. Rounds
-alternate (offrl chunk, d3rlpy block, ...) so machine load hits both; medians are reported.
+(``sample_trajectory_batch`` + ``update``), on CPU with ``--torch-threads`` threads (default:
+torch's own choice; on a loaded machine one thread can be several times faster). Rounds
+alternate (offrl chunk, d3rlpy block, ...) so machine load hits both; medians are reported,
+with the load average before and after.
 
 Run (d3rlpy lives in its own virtualenv, see benchmarks/README.md)::
 
@@ -87,8 +89,19 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--chunk", type=int, default=200, help="offrl updates per timed chunk")
     p.add_argument("--d3rlpy-steps", type=int, default=50, help="d3rlpy updates per timed block")
+    p.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads for d3rlpy (default: torch's)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    import os
+
+    load_before = os.getloadavg()
+    if args.torch_threads:
+        try:
+            import torch
+
+            torch.set_num_threads(args.torch_threads)
+        except ImportError:
+            pass
     data = synthetic(args.transitions)
     offrl = OffrlSide(data, args.chunk)
     t0 = time.perf_counter()
@@ -111,11 +124,13 @@ def main(argv=None) -> int:
             theirs.append(args.d3rlpy_steps / d3.run())
     row = {"algo": "dt", "offrl_updates_per_s": statistics.median(ours), "offrl_compile_plus_first_chunk_s": compile_s,
            "d3rlpy_updates_per_s": statistics.median(theirs) if theirs else None,
-           "batch": BATCH, "context": CONTEXT, "rounds": args.rounds, "transitions": args.transitions}
+           "batch": BATCH, "context": CONTEXT, "rounds": args.rounds, "transitions": args.transitions,
+           "torch_threads": args.torch_threads, "load_average_before": list(load_before),
+           "load_average_after": list(os.getloadavg())}
     row["ratio"] = row["offrl_updates_per_s"] / row["d3rlpy_updates_per_s"] if theirs else None
     print(f"DT updates/s  offrl {row['offrl_updates_per_s']:.1f}  d3rlpy "
           f"{row['d3rlpy_updates_per_s'] or float('nan'):.1f}  ratio {row['ratio'] or float('nan'):.2f}x  "
-          f"(offrl compile + first chunk {compile_s:.1f} s)")
+          f"(offrl compile + first chunk {compile_s:.1f} s; load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(row, f, indent=2)

@@ -5,10 +5,12 @@ The grid is the issue's: ``expectile in {0.6, 0.7, 0.8, 0.9}`` x ``awr_inverse_t
 action 6) it prints
 
 1. steady-state time per update of the 36-member program (offrl.sweeps.program's member agents,
-   the engine's Trainer) against the SUM of the 36 members' single-seed times per update (each
-   configuration's single-seed program timed; the 3 seeds of a configuration cost the same).
-   Rounds alternate (program chunk, then each configuration's chunk) so other people's load
-   hits both sides alike; medians over rounds. Target: ratio <= 1.1.
+   the engine's Trainer: members in a ``lax.map`` on CPU, its default; ``--vmap`` also times the
+   vmapped program) against the SUM of the 36 members' single-seed times per update (each
+   configuration's single-seed program timed; the 3 seeds of a configuration cost the same;
+   ``--single-configs K`` times K of the 12 configurations, which differ only in values, and
+   scales by 12 / K). Rounds alternate (program chunk, then each configuration's chunk) so other
+   people's load hits both sides alike; medians over rounds. Target: ratio <= 1.1.
 2. wall time of ``python -m offrl sweep`` (the whole grid, one process) against ``python -m
    offrl train`` run once per member, one process after another (``--processes K`` runs K of
    the 36 and scales the sum by 36 / K, printed as an extrapolation).
@@ -70,9 +72,12 @@ def time_per_update(args, overrides) -> dict:
     points = configurations(GRID)
     traced = {k: [p[k] for p in points] for k in GRID}
     agents, keys = member_agents(iql, config, info, traced, 0, SEEDS)
-    program = Trainer(iql, config.batch_size, len(points) * SEEDS)
+    programs = {"program": [Trainer(iql, config.batch_size, len(points) * SEEDS), agents]}
+    if args.vmap:
+        programs["vmap"] = [Trainer(iql, config.batch_size, len(points) * SEEDS, members="vmap"), agents]
+    timed = points[::max(1, len(points) // args.single_configs)][:args.single_configs]
     singles = []
-    for p in points:
+    for p in timed:
         cfg = dataclasses.replace(config, **p)
         a, k = create_agents(iql, cfg, info.obs_dim, info.action_dim, 0, 1)
         singles.append([Trainer(iql, cfg.batch_size, 1), a, k])
@@ -83,24 +88,30 @@ def time_per_update(args, overrides) -> dict:
         jax.block_until_ready((a, m))
         return a, time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    agents, _ = run(program, agents, keys)
-    compile_program = time.perf_counter() - t0
+    out = {}
+    for name, prog in programs.items():
+        t0 = time.perf_counter()
+        prog[1], _ = run(prog[0], prog[1], keys)
+        out[f"compile_{name}"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for s in singles:
         s[1], _ = run(*s)
-    compile_singles = time.perf_counter() - t0
-    program_s, single_sums = [], []
+    out["compile_singles"] = time.perf_counter() - t0
+    per_update = {name: [] for name in programs}
+    single_sums = []
     for _ in range(args.rounds):
-        agents, dt = run(program, agents, keys)
-        program_s.append(dt / args.chunk)
+        for name, prog in programs.items():
+            prog[1], dt = run(prog[0], prog[1], keys)
+            per_update[name].append(dt / args.chunk)
         total = 0.0
         for s in singles:
             s[1], dt = run(*s)
             total += SEEDS * dt / args.chunk
-        single_sums.append(total)
-    return {"program": statistics.median(program_s), "singles_sum": statistics.median(single_sums),
-            "compile_program": compile_program, "compile_singles": compile_singles}
+        single_sums.append(total * len(points) / len(timed))
+    out.update({name: statistics.median(v) for name, v in per_update.items()})
+    out.update(singles_sum=statistics.median(single_sums), single_configs=len(timed),
+               rounds_program=per_update["program"], rounds_singles=single_sums)
+    return out
 
 
 def time_processes(args, overrides) -> dict:
@@ -139,6 +150,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="updates per member in part 2 (default 10000; quick 2000)")
     parser.add_argument("--processes", type=int, default=36, help="how many of the 36 single-member processes to time")
     parser.add_argument("--skip-processes", action="store_true")
+    parser.add_argument("--single-configs", type=int, default=12, help="configurations whose single-seed program is timed (default all 12)")
+    parser.add_argument("--vmap", action="store_true", help="also time the 36 members vmapped (the accelerator layout) on this CPU")
     args = parser.parse_args()
     width, batch = (64, 64) if args.quick else (256, 256)
     args.steps = args.steps or (2000 if args.quick else 10_000)
@@ -150,9 +163,18 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (a shared machine: timings move with others' load)")
     t = time_per_update(args, overrides)
     print(f"1. time per update (median of {args.rounds} rounds of {args.chunk} updates):")
-    print(f"   36-member program          {1e3 * t['program']:9.3f} ms  (compile {t['compile_program']:.1f} s)")
-    print(f"   sum of 36 single members   {1e3 * t['singles_sum']:9.3f} ms  (12 programs, compile {t['compile_singles']:.1f} s in all)")
-    print(f"   ratio program / sum        {t['program'] / t['singles_sum']:9.3f}   (target <= 1.1)")
+    print(f"   36-member program (lax.map) {1e3 * t['program']:9.3f} ms  (compile {t['compile_program']:.1f} s)")
+    if "vmap" in t:
+        print(f"   36-member program (vmap)    {1e3 * t['vmap']:9.3f} ms  (compile {t['compile_vmap']:.1f} s)")
+    scaled = "" if t["single_configs"] == 12 else f", {t['single_configs']} of 12 timed and scaled by {12 / t['single_configs']:.0f}"
+    print(f"   sum of 36 single members    {1e3 * t['singles_sum']:9.3f} ms  ({t['single_configs']} programs, compile "
+          f"{t['compile_singles']:.1f} s in all{scaled})")
+    print(f"   ratio program / sum         {t['program'] / t['singles_sum']:9.3f}   (target <= 1.1)")
+    if "vmap" in t:
+        print(f"   ratio vmap program / sum    {t['vmap'] / t['singles_sum']:9.3f}")
+    print(f"   ratio program / ONE member  {t['program'] / (t['singles_sum'] / 36):9.3f}   (GPU target <= 4)")
+    print("   per round (ms): program " + ", ".join(f"{1e3 * x:.1f}" for x in t["rounds_program"])
+          + "; singles sum " + ", ".join(f"{1e3 * x:.1f}" for x in t["rounds_singles"]))
     if not args.skip_processes:
         p = time_processes(args, overrides)
         print(f"2. wall time, {args.steps} updates per member, no evaluation:")

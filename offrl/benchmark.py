@@ -12,6 +12,13 @@ over seeds, at the **last** evaluation and at the **best** one (the evaluation s
 highest mean over seeds; an optimistic number, labelled as such), and each cell's wall time.
 ``learning_curves.png`` and ``q_vs_return.png`` draw one panel per (env, tier).
 
+``peer="d3rlpy"`` (``--peer d3rlpy``) also trains every cell with d3rlpy: a separate Python
+(``--peer-python`` or ``$OFFRL_PEER_PYTHON``, a virtualenv with d3rlpy, h5py and Gymnasium)
+runs the driver :mod:`offrl.peers.d3rlpy_driver` on the same file, with the sizes of the
+cell's resolved offrl config, the same updates, seeds, evaluation interval and episodes, and
+the same reward multiplier. Its result is kept in ``cells/<cell>/peer-d3rlpy.json`` (resumable
+like the cells) and the table gains a section beside d3rlpy: both scores and both wall times.
+
 Datasets are looked up by name: ``--dataset-pattern`` (default ``{env}-{tier}-v0``, the names
 ``offrl collect dataset`` registers; ``pendulum-*-v0`` are bundled).
 
@@ -44,6 +51,7 @@ BUDGETS = {"cpu": {"steps": 30_000, "eval_every": 5_000, "eval_episodes": 10},
            "full": {"steps": 1_000_000, "eval_every": 5_000, "eval_episodes": 10}}
 #: settings that define a cell: a folder holding cells made with other values is refused.
 CELL_SETTINGS = ("steps", "seeds", "seed", "eval_every", "eval_episodes", "dataset_pattern", "overrides")
+PEER_PYTHON_ENV = "OFFRL_PEER_PYTHON"
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,8 @@ class BenchmarkSpec:
     eval_episodes: int = BUDGETS["cpu"]["eval_episodes"]
     dataset_pattern: str = "{env}-{tier}-v0"
     overrides: dict = field(default_factory=dict)   # {algo: {field: value}}
+    peer: str | None = None            # "d3rlpy": also run each cell with that library
+    peer_python: str | None = None     # the Python that runs the peer's driver
 
     def cells(self) -> list[tuple[str, str, str]]:
         return [(e, t, a) for e in self.envs for t in self.tiers for a in self.algos]
@@ -86,7 +96,8 @@ def env_id_of(env: str) -> str:
 
 def make_spec(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval_every: int | None = None,
               eval_episodes: int | None = None, budget: str = "cpu", seed: int = 0,
-              dataset_pattern: str = "{env}-{tier}-v0", overrides: Mapping | None = None) -> BenchmarkSpec:
+              dataset_pattern: str = "{env}-{tier}-v0", overrides: Mapping | None = None,
+              peer: str | None = None, peer_python: str | None = None) -> BenchmarkSpec:
     """Check every name and number of a benchmark request; one :class:`ConfigError` per mistake."""
     from offrl.algos import ALGORITHMS, get_algorithm
     from offrl.algos.common import apply_overrides
@@ -130,12 +141,40 @@ def make_spec(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval
         per_algo.setdefault(algo, {})[name] = value
     for algo, values in per_algo.items():
         apply_overrides(get_algorithm(algo).Config(), values)   # range-checked before anything runs
+    peer, peer_python = _check_peer(peer, peer_python, names)
     return BenchmarkSpec(envs, tiers, tuple(names), int(seeds), int(seed), steps, eval_every, eval_episodes,
-                         dataset_pattern, per_algo)
+                         dataset_pattern, per_algo, peer, peer_python)
+
+
+def _check_peer(peer: str | None, peer_python: str | None, algos) -> tuple[str | None, str | None]:
+    """The peer's name and the absolute path of the Python that runs its driver."""
+    import os
+    import shutil
+
+    from offrl.peers import PEER_ALGOS, PEERS
+
+    if not peer:
+        return None, None
+    if peer not in PEERS:
+        raise ConfigError(f"--peer '{peer}' is unknown; choose one of: {', '.join(PEERS)}.")
+    missing = [a for a in algos if a not in PEER_ALGOS[peer]]
+    if missing:
+        raise ConfigError(f"--peer {peer} cannot run {', '.join(missing)}; its driver knows {', '.join(PEER_ALGOS[peer])}: "
+                          f"drop them from --algos or drop --peer.")
+    given = peer_python or os.environ.get(PEER_PYTHON_ENV)
+    if not given:
+        raise ConfigError(f"--peer {peer} needs a Python that has {peer} installed: pass --peer-python PATH "
+                          f"(e.g. /work/venv-bench/bin/python) or set {PEER_PYTHON_ENV}=PATH.")
+    found = shutil.which(given) if os.sep not in given else (given if os.access(given, os.X_OK) and Path(given).is_file() else None)
+    if not found:
+        source = "--peer-python" if peer_python else PEER_PYTHON_ENV
+        raise ConfigError(f"{source} '{given}' is not an executable file; pass the python of a virtualenv with {peer} installed.")
+    return peer, str(Path(found).absolute())
 
 
 def _spec_record(spec: BenchmarkSpec) -> dict:
     record = asdict(spec)
+    record.pop("peer_python")
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in record.items()}
 
 
@@ -150,6 +189,7 @@ def _claim_folder(out: Path, spec: BenchmarkSpec) -> None:
                 raise ConfigError(f"{out} holds a benchmark made with {flag} {previous.get(key)!r}, not {_spec_record(spec)[key]!r}; "
                                   f"its finished cells are kept: pass the same settings to resume it, or choose another --out.")
         record = {**previous, **{k: sorted(set(previous[k]) | set(_spec_record(spec)[k])) for k in ("envs", "tiers", "algos")}}
+        record["peer"] = spec.peer or previous.get("peer")
     else:
         if out.exists() and any(out.iterdir()):
             raise ConfigError(f"--out {out} exists and is not a benchmark folder (no benchmark.json); choose another --out.")
@@ -227,9 +267,11 @@ def run_cell(spec: BenchmarkSpec, env: str, tier: str, algo: str, dataset: str, 
 def run_benchmark(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval_every: int | None = None,
                   eval_episodes: int | None = None, budget: str = "cpu", out="bench", seed: int = 0,
                   dataset_pattern: str = "{env}-{tier}-v0", overrides: Mapping | None = None,
-                  progress: bool = True, log=print) -> list[dict]:
-    """Run every cell not finished yet, then write the table and the figures; returns the cells."""
-    spec = make_spec(envs, tiers, algos, seeds, steps, eval_every, eval_episodes, budget, seed, dataset_pattern, overrides)
+                  progress: bool = True, log=print, peer: str | None = None, peer_python: str | None = None) -> list[dict]:
+    """Run every cell not finished yet (and its peer run, with ``peer``), then write the table and
+    the figures; returns the cells."""
+    spec = make_spec(envs, tiers, algos, seeds, steps, eval_every, eval_episodes, budget, seed, dataset_pattern, overrides,
+                     peer, peer_python)
     datasets = _datasets(spec)
     out = Path(out)
     _claim_folder(out, spec)
@@ -238,10 +280,79 @@ def run_benchmark(envs, tiers, algos, seeds: int = 3, steps: int | None = None, 
     for i, (env, tier, algo) in enumerate(todo, 1):
         finished = (out / "cells" / cell_name(env, tier, algo) / "cell.json").exists()
         log(f"[{i}/{len(todo)}] {cell_name(env, tier, algo)}" + (" (finished earlier, kept)" if finished else ""))
-        cells.append(run_cell(spec, env, tier, algo, datasets[env, tier], out, progress=progress))
+        cell = run_cell(spec, env, tier, algo, datasets[env, tier], out, progress=progress)
+        if spec.peer:
+            peer = run_peer_cell(spec, env, tier, algo, datasets[env, tier], out, log=log)
+            cell = {**cell, **peer_columns(spec.peer, peer)}
+        cells.append(cell)
     write_table(cells, out)
     write_figures(spec, out)
     return cells
+
+
+def peer_request(spec: BenchmarkSpec, env: str, tier: str, algo: str, dataset: str, out: Path) -> dict:
+    """What the peer's driver needs: the file, the env, offrl's resolved config and reward
+    multiplier for this cell (read from the finished cell's ``config.json``), the schedule and
+    the reference returns."""
+    from offrl.data import load, resolve
+    from offrl.envs import reference_returns
+
+    record = json.loads((out / "cells" / cell_name(env, tier, algo) / "config.json").read_text())
+    ds = load(dataset)
+    env_id = ENV_IDS.get(env) or ds.metadata.get("env_id")
+    refs = reference_returns(env_id, dict(ds.metadata))
+    if refs is None:
+        raise ConfigError(f"--peer {spec.peer}: no reference returns for {env_id}, so the two scores cannot be compared; "
+                          f"add ref_min_score/ref_max_score to the dataset's metadata.")
+    return {"algo": algo, "config": record["config"], "reward_multiplier": float(record["data"].get("reward_scale", 1.0)),
+            "dataset_path": str(Path(resolve(dataset)).absolute()), "env_id": env_id, "steps": spec.steps,
+            "seeds": spec.seeds, "seed": spec.seed, "eval_every": spec.eval_every, "eval_episodes": spec.eval_episodes,
+            "references": [float(refs[0]), float(refs[1])]}
+
+
+def run_peer_cell(spec: BenchmarkSpec, env: str, tier: str, algo: str, dataset: str, out: Path, log=print) -> dict | None:
+    """Run the peer's driver on one finished cell; its JSON is kept in ``peer-<peer>.json``.
+
+    A failed peer run is logged in one line (its output in ``peer-<peer>.log``), returns
+    ``None`` and is retried when the benchmark is run again.
+    """
+    import subprocess
+
+    from offrl.peers import driver_path
+
+    folder = out / "cells" / cell_name(env, tier, algo)
+    done = folder / f"peer-{spec.peer}.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    request = peer_request(spec, env, tier, algo, dataset, out)
+    (folder / f"peer-{spec.peer}-request.json").write_text(json.dumps(request, indent=2))
+    log(f"    {spec.peer}: {cell_name(env, tier, algo)} with {spec.peer_python}")
+    proc = subprocess.run([spec.peer_python, str(driver_path(spec.peer)), str(folder / f"peer-{spec.peer}-request.json")],
+                          capture_output=True, text=True)
+    (folder / f"peer-{spec.peer}.log").write_text(proc.stdout + proc.stderr)
+    result = None
+    for line in reversed(proc.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                result = json.loads(line)
+            except ValueError:
+                pass
+            break
+    if proc.returncode != 0 or not isinstance(result, dict) or "last_mean" not in result:
+        last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
+        log(f"    {spec.peer} failed on {cell_name(env, tier, algo)} (exit {proc.returncode}): {last}; "
+            f"see {folder / f'peer-{spec.peer}.log'}; rerun the benchmark to retry it")
+        return None
+    result = {"peer": spec.peer, **result}
+    done.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def peer_columns(peer: str, result: dict | None) -> dict:
+    """A peer's result as the ``peer_*`` columns of a cell row (``None`` values when it failed)."""
+    keys = ("last_mean", "last_std", "best_mean", "best_std", "wall_s")
+    return {"peer": peer, **{f"peer_{k}": (None if result is None else result.get(k)) for k in keys},
+            "peer_unmatched": "; ".join(result.get("unmatched", [])) if result else None}
 
 
 # ---------------------------------------------------------------------- the table and figures
@@ -270,12 +381,31 @@ def results_markdown(cells: Sequence[dict]) -> str:
               "| dataset | " + " | ".join(a.upper() for a in algos) + " |", "|---|" + "---|" * len(algos)]
     for row in rows:
         lines.append(f"| {row} | " + " | ".join("-" if by.get((row, a)) is None else f"{by[row, a]['wall_s']:.0f}" for a in algos) + " |")
+    peers = sorted({c["peer"] for c in cells if c.get("peer")})
+    for peer in peers:
+        lines += ["", f"## Beside {peer} (same file, updates, seeds and evaluation episodes; normalized score, last evaluation)", "",
+                  f"| cell | offrl | {peer} | offrl best | {peer} best | offrl wall s | {peer} wall s |", "|---|---|---|---|---|---|---|"]
+        notes = {}
+        for c in cells:
+            if c.get("peer") != peer:
+                continue
+            failed = c.get("peer_last_mean") is None
+            theirs = "failed" if failed else _fmt(c["peer_last_mean"], c["peer_last_std"])
+            theirs_best = "failed" if failed else _fmt(c["peer_best_mean"], c["peer_best_std"])
+            theirs_wall = "-" if failed else f"{c['peer_wall_s']:.0f}"
+            lines.append(f"| {cell_name(c['env'], c['tier'], c['algo'])} | {_fmt(c.get('last_mean'), c.get('last_std'))} | {theirs} | "
+                         f"{_fmt(c.get('best_mean'), c.get('best_std'))} | {theirs_best} | {c['wall_s']:.0f} | {theirs_wall} |")
+            if c.get("peer_unmatched"):
+                notes.setdefault(c["algo"], c["peer_unmatched"])
+        for algo, note in notes.items():
+            lines.append(f"\n{algo.upper()}: offrl settings {peer} has no counterpart for: {note}.")
     lines += ["", "![learning curves](learning_curves.png)", "", "![Q vs return](q_vs_return.png)"]
     return "\n".join(lines) + "\n"
 
 
 CSV_COLUMNS = ("env", "tier", "algo", "dataset", "seeds", "steps", "metric", "last_step", "last_mean", "last_std",
-               "best_step", "best_mean", "best_std", "wall_s", "updates_per_s")
+               "best_step", "best_mean", "best_std", "wall_s", "updates_per_s", "peer", "peer_last_mean", "peer_last_std",
+               "peer_best_mean", "peer_best_std", "peer_wall_s", "peer_unmatched")
 
 
 def write_table(cells: Sequence[dict], out: Path) -> dict[str, Path]:

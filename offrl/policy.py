@@ -14,6 +14,10 @@ Example::
 
     policy = load_numpy_policy("runs/iql/export")
     action = policy(obs)            # (obs_dim,) -> (action_dim,), or batched (B, obs_dim)
+
+A Decision Transformer export (``"policy": "decision_transformer"`` in ``policy.json``) loads
+as a :class:`offrl.policy_dt.NumpyDecisionTransformer`, which also holds its episode context
+(``reset(target_return)`` / ``act(obs)`` / ``observe(reward)``).
 """
 
 from __future__ import annotations
@@ -76,22 +80,28 @@ class NumpyPolicy:
 
 def save_numpy_policy(folder: str | Path, layers, obs_mean, obs_std, action_low, action_high, meta: dict | None = None) -> Path:
     """Write ``policy.npz`` + ``policy.json`` into ``folder``; returns the folder."""
+    arrays = {}
+    for i, (w, b) in enumerate(layers):
+        arrays[f"layer{i}_kernel"] = w
+        arrays[f"layer{i}_bias"] = b
+    info = {"num_layers": len(layers), "hidden_activation": "relu", "output_activation": "tanh", **(meta or {})}
+    return save_policy_arrays(folder, arrays, obs_mean, obs_std, action_low, action_high, info)
+
+
+def save_policy_arrays(folder: str | Path, arrays: dict, obs_mean, obs_std, action_low, action_high, meta: dict) -> Path:
+    """Write named float32 ``arrays`` plus the observation/action bounds as ``policy.npz`` and
+    ``meta`` (with ``format`` and ``version``) as ``policy.json``; returns the folder."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    arrays = {"obs_mean": np.asarray(obs_mean, np.float32), "obs_std": np.asarray(obs_std, np.float32),
-              "action_low": np.asarray(action_low, np.float32), "action_high": np.asarray(action_high, np.float32)}
-    for i, (w, b) in enumerate(layers):
-        arrays[f"layer{i}_kernel"] = np.asarray(w, np.float32)
-        arrays[f"layer{i}_bias"] = np.asarray(b, np.float32)
-    np.savez(folder / "policy.npz", **arrays)
-    info = {"format": FORMAT, "version": VERSION, "num_layers": len(layers), "hidden_activation": "relu",
-            "output_activation": "tanh", **(meta or {})}
-    (folder / "policy.json").write_text(json.dumps(info, indent=2))
+    out = {"obs_mean": obs_mean, "obs_std": obs_std, "action_low": action_low, "action_high": action_high, **arrays}
+    np.savez(folder / "policy.npz", **{k: np.asarray(v, np.float32) for k, v in out.items()})
+    (folder / "policy.json").write_text(json.dumps({"format": FORMAT, "version": VERSION, **meta}, indent=2))
     return folder
 
 
-def load_numpy_policy(path: str | Path) -> NumpyPolicy:
-    """Load an exported policy from its folder (or its ``policy.json`` / ``policy.npz``)."""
+def load_numpy_policy(path: str | Path):
+    """Load an exported policy from its folder (or its ``policy.json`` / ``policy.npz``): a
+    :class:`NumpyPolicy`, or a :class:`offrl.policy_dt.NumpyDecisionTransformer` for a DT export."""
     from offrl.errors import OffrlError
 
     path = Path(path)
@@ -103,5 +113,9 @@ def load_numpy_policy(path: str | Path) -> NumpyPolicy:
     if meta.get("format") != FORMAT:
         raise OffrlError(f"{meta_path} has format {meta.get('format')!r}, expected {FORMAT!r}.")
     with np.load(arrays_path, allow_pickle=False) as data:
+        if meta.get("policy") == "decision_transformer":
+            from offrl.policy_dt import NumpyDecisionTransformer
+
+            return NumpyDecisionTransformer({k: data[k] for k in data.files}, meta)
         layers = [(data[f"layer{i}_kernel"], data[f"layer{i}_bias"]) for i in range(int(meta["num_layers"]))]
         return NumpyPolicy(layers, data["obs_mean"], data["obs_std"], data["action_low"], data["action_high"], meta)

@@ -93,3 +93,76 @@ def test_a_folder_of_another_benchmark_is_refused_and_its_cells_kept(bench, caps
     assert rc == 2 and "holds a benchmark made with --steps 200, not 400" in err and err.count("\n") == 0
     assert finished.read_text() == before
     assert json.loads((out / "benchmark.json").read_text())["steps"] == 200
+
+
+# ---------------------------------------------------------------------- --peer d3rlpy, with a fake peer Python
+FAKE_PEER = """#!{python}
+import json, sys
+driver, request = sys.argv[1], json.load(open(sys.argv[2]))
+assert driver.endswith("d3rlpy_driver.py"), driver
+if {fail}:
+    print("ModuleNotFoundError: No module named 'd3rlpy'", file=sys.stderr)
+    sys.exit(1)
+print("some library log line")
+print(json.dumps({{"metric": "eval/normalized_score", "last_step": request["steps"], "last_mean": 40.0 + request["seeds"],
+                  "last_std": 1.5, "best_step": request["eval_every"], "best_mean": 50.0, "best_std": 2.5, "wall_s": 12.0,
+                  "unmatched": ["bc_warmup_steps=1"], "echo": request}}))
+"""
+
+
+def _fake_peer(folder, fail=False):
+    import stat
+    import sys
+
+    path = folder / ("fail-python" if fail else "fake-python")
+    path.write_text(FAKE_PEER.format(python=sys.executable, fail=fail))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_peer_runs_beside_finished_cells_and_is_tabulated(bench, tmp_path):
+    import shutil
+
+    out = tmp_path / "b"
+    shutil.copytree(bench[0], out)
+    kept = (out / "cells" / "pendulum-medium-bc" / "cell.json").read_text()
+    logged = []
+    # a failing peer: logged in one line, the table says so, nothing kept, retried next time
+    cells = run_benchmark(out=out, **{**TINY, "log": logged.append}, peer="d3rlpy", peer_python=_fake_peer(tmp_path, fail=True))
+    assert any("d3rlpy failed on pendulum-medium-bc (exit 1): ModuleNotFoundError" in line for line in logged)
+    assert not (out / "cells" / "pendulum-medium-bc" / "peer-d3rlpy.json").exists()
+    assert "| pendulum-medium-bc | " in (out / "results.md").read_text() and "| failed |" in (out / "results.md").read_text()
+    assert cells[0]["peer_last_mean"] is None
+    cells = run_benchmark(out=out, **TINY, peer="d3rlpy", peer_python=_fake_peer(tmp_path))
+    assert (out / "cells" / "pendulum-medium-bc" / "cell.json").read_text() == kept
+    request = json.loads((out / "cells" / "pendulum-medium-bc" / "peer-d3rlpy.json").read_text())["echo"]
+    # same file, schedule, seeds and the cell's resolved config (the override included)
+    assert request["steps"] == 200 and request["seeds"] == 2 and request["eval_every"] == 100 and request["eval_episodes"] == 1
+    assert request["config"]["hidden_dims"] == [32, 32] and request["algo"] == "bc" and request["env_id"] == "Pendulum-v1"
+    assert request["dataset_path"].endswith("pendulum-medium-v0.hdf5") and len(request["references"]) == 2
+    assert [c["peer_last_mean"] for c in cells] == [42.0, 42.0] and cells[0]["peer_wall_s"] == 12.0
+    table = (out / "results.md").read_text()
+    offrl = f"{cells[0]['last_mean']:.1f} ± {cells[0]['last_std']:.1f}"
+    assert "## Beside d3rlpy" in table and f"| pendulum-medium-bc | {offrl} | 42.0 ± 1.5 |" in table
+    assert f"| 50.0 ± 2.5 | {cells[0]['wall_s']:.0f} | 12 |" in table and "bc_warmup_steps=1" in table
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert rows[0]["peer"] == "d3rlpy" and float(rows[0]["peer_last_mean"]) == 42.0 and float(rows[0]["peer_wall_s"]) == 12.0
+
+
+@pytest.mark.parametrize("argv,env,needle", [
+    (["--peer", "d3rlpy"], None, "--peer d3rlpy needs a Python that has d3rlpy installed: pass --peer-python PATH"),
+    (["--peer", "d3rlpy"], "/no/such/python", "OFFRL_PEER_PYTHON '/no/such/python' is not an executable file"),
+    (["--peer", "d3rlpy", "--peer-python", "/no/such/python"], None, "--peer-python '/no/such/python' is not an executable file"),
+    (["--peer", "rllib", "--peer-python", "python"], None, "--peer 'rllib' is unknown; choose one of: d3rlpy"),
+    (["--peer", "d3rlpy", "--algos", "bc,cal_ql", "--peer-python", "python"], None, "--peer d3rlpy cannot run cal_ql"),
+])
+def test_bad_peer_requests_are_one_line_exit_2(tmp_path, capsys, monkeypatch, argv, env, needle):
+    if env is None:
+        monkeypatch.delenv("OFFRL_PEER_PYTHON", raising=False)
+    else:
+        monkeypatch.setenv("OFFRL_PEER_PYTHON", env)
+    out = tmp_path / "never"
+    rc = main(["benchmark", "--out", str(out), "--envs", "pendulum", "--tiers", "medium", "--algos", "bc", *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and needle in err, err
+    assert not out.exists()

@@ -213,12 +213,29 @@ def q_value(agent: Agent, observations: jax.Array, actions: jax.Array):
     return None
 
 
-def policy_layers(agent: Agent):
-    """Not supported: ``offrl export`` writes MLP policies only."""
-    from offrl.errors import OffrlError
-
-    raise OffrlError("offrl export does not support dt (a transformer over a K-step history, not an MLP with policy_layers); "
-                     "load the run in Python with offrl.engine.load_run and act through offrl.algos.dt.rollout_policy.")
+def export_arrays(agent: Agent) -> tuple[dict[str, np.ndarray], dict]:
+    """``(arrays, meta)`` for ``offrl export``: the network's parameters under the names that
+    :class:`offrl.policy_dt.NumpyDecisionTransformer` reads, and its sizes and return settings."""
+    p = jax.tree_util.tree_map(np.asarray, agent.actor.params["params"])
+    config = agent.config
+    arrays = {"time_embedding": p["Embed_0"]["embedding"]}
+    dense = {"return_embed": p["Dense_0"], "state_embed": p["Dense_1"], "action_embed": p["Dense_2"],
+             "action_head": p["action_head"]}
+    norms = {"embed_norm": p["LayerNorm_0"], "final_norm": p["GPT_0"]["LayerNorm_0"]}
+    for i in range(config.num_layers):
+        block = p["GPT_0"][f"TransformerBlock_{i}"]
+        attention = block["CausalSelfAttention_0"]
+        dense.update({f"block{i}/qkv": attention["Dense_0"], f"block{i}/attention_out": attention["Dense_1"],
+                      f"block{i}/mlp_in": block["Dense_0"], f"block{i}/mlp_out": block["Dense_1"]})
+        norms.update({f"block{i}/attention_norm": block["LayerNorm_0"], f"block{i}/mlp_norm": block["LayerNorm_1"]})
+    for name, layer in dense.items():
+        arrays[f"{name}/kernel"], arrays[f"{name}/bias"] = layer["kernel"], layer["bias"]
+    for name, layer in norms.items():
+        arrays[f"{name}/scale"], arrays[f"{name}/bias"] = layer["scale"], layer["bias"]
+    meta = {"policy": "decision_transformer", "context_length": config.context_length, "embed_dim": config.embed_dim,
+            "num_layers": config.num_layers, "num_heads": config.num_heads, "max_timestep": config.max_timestep,
+            "return_scale": config.return_scale, "target_return": config.target_return}
+    return arrays, meta
 
 
 def config_for_dataset(config: Config, dataset, info=None) -> Config:

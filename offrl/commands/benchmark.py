@@ -22,6 +22,10 @@ def register(subparsers) -> None:
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation and seed (default: the budget's, 10)")
     p.add_argument("--dataset-pattern", default="{env}-{tier}-v0", help="registered dataset name of a cell (default {env}-{tier}-v0)")
     p.add_argument("--set", action="append", metavar="ALGO.FIELD=VALUE", help="config override for one algorithm (repeatable), e.g. --set iql.expectile=0.8")
+    p.add_argument("--peer", default=None, choices=None, metavar="d3rlpy",
+                   help="also train every cell with this library (same data, updates, seeds, evaluation) and tabulate both")
+    p.add_argument("--peer-python", default=None, metavar="PATH",
+                   help="the Python of a virtualenv with the peer installed (default: $OFFRL_PEER_PYTHON)")
     p.add_argument("--out", default="bench", help="benchmark folder (default ./bench)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
@@ -33,7 +37,8 @@ def run(args) -> int:
 
     cells = run_benchmark(args.envs, args.tiers, args.algos, seeds=args.seeds, steps=args.steps, eval_every=args.eval_every,
                           eval_episodes=args.eval_episodes, budget=args.budget, out=args.out, seed=args.seed,
-                          dataset_pattern=args.dataset_pattern, overrides=parse_set(args.set), progress=not args.quiet)
+                          dataset_pattern=args.dataset_pattern, overrides=parse_set(args.set), progress=not args.quiet,
+                          peer=args.peer, peer_python=args.peer_python)
     print((Path(args.out) / "results.md").read_text())
     print(f"{len(cells)} cells; table in {args.out}/results.md and results.csv")
     return 0

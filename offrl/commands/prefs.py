@@ -225,7 +225,10 @@ def _train(args) -> int:
         from offrl.prefs.preference import train_preferences
 
         result = train_preferences(args.model, args.data, args.out, config, args.resume, progress)
-    _print_summary(f"offrl prefs {args.trainer}: {args.out}", result, config)
+    from offrl.prefs.loop import is_main_process
+
+    if is_main_process():  # under `accelerate launch` every process returns here; one table
+        _print_summary(f"offrl prefs {args.trainer}: {args.out}", result, config)
     return 0
 
 
@@ -267,7 +270,23 @@ def _print_summary(title: str, result, config=None) -> None:
         elif isinstance(value, int) and not isinstance(value, bool):
             table.add_row(key, str(value))
     console.print(table)
+    launch = _launch_record(result.path)
+    if launch:
+        console.print(f"{launch['processes']} process(es) on {launch['device']}, precision {launch['mixed_precision']} "
+                      f"({launch['mixed_precision_reason']}), {launch['examples_per_optimizer_step']} examples per optimizer "
+                      f"step ({launch['gradient_accumulation_steps']} accumulation step(s))", soft_wrap=True)
     console.print(f"model: {result.model_path}")
+
+
+def _launch_record(folder: str) -> dict:
+    import json
+    import os
+
+    path = os.path.join(folder, "config.json")
+    try:
+        return json.load(open(path)).get("launch") or {}
+    except (OSError, ValueError):
+        return {}
 
 
 def _label(args) -> int:

@@ -74,7 +74,7 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint of every evaluation step (default: the latest only); `offrl select RUN` then ranks them all")
     p.add_argument("--select-by", default=None, metavar="ESTIMATOR", help="after training, pick the checkpoint with the best off-policy estimate (fqe, dr, wis, ...) on the run's dataset and write RUN/selected.json; implies --keep-checkpoints")
-    p.add_argument("--devices", type=int, default=None, help="shard the seeds over this many devices (data replicated; default: one)")
+    p.add_argument("--devices", default=None, metavar="N|auto", help="shard the seeds (one seed: the batch axis) over N devices, data replicated; auto: as many as divide it (default: one device)")
     for name in config_field_names():  # --config.FIELD VALUE, hidden from --help (same as --set)
         p.add_argument(f"--config.{name}", dest=f"config__{name}", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.set_defaults(func=run)

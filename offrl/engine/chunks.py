@@ -7,7 +7,9 @@ One call of the jitted chunk function runs ``num_steps`` updates for every seed:
         batch = sample(data, key, batch_size)             # the algorithm's sampler, on the device
         agent, metrics = algo.update(agent, batch)
 
-so Python runs once per chunk and the only host transfer is the chunk's stacked metrics.
+so Python runs once per chunk and the only host transfer is the chunk's stacked metrics. Seeds
+are vmapped on accelerators and run in a ``lax.map`` (one after another, still one program) on
+a CPU backend, where batched small matrix products are slower than the same products one by one.
 Because the sampling key depends on ``agent.step`` only, a run resumed from a checkpoint
 draws exactly the minibatches the uninterrupted run would have drawn, and on CPU reproduces
 its parameters bit for bit.
@@ -24,24 +26,32 @@ from offrl.engine.data import sampler
 _CHUNK_FNS: dict[tuple, Any] = {}
 
 
-def make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
+def make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool, batch_sharding=None,
+                  member_loop: bool = False):
     """``chunk(agents, data_keys, data) -> (agents, metrics)``: ``num_steps`` scanned updates.
 
     ``metrics[name]`` has shape ``(seeds, num_steps)`` (``(num_steps,)`` unvmapped). The
     jitted function is cached, so runs with the same algorithm and shapes in one process
-    compile once.
+    compile once. ``batch_sharding`` (one seed only) splits every minibatch's batch axis over
+    devices (:mod:`offrl.engine.sharding`). ``member_loop`` runs the seeds one after another
+    inside the compiled program (:func:`map_over_seeds`) instead of vmapped.
     """
-    cache_key = (module.__name__, num_steps, batch_size, vmap_seeds)
+    cache_key = (module.__name__, num_steps, batch_size, vmap_seeds, batch_sharding, member_loop)
     if cache_key not in _CHUNK_FNS:
-        _CHUNK_FNS[cache_key] = _make_chunk_fn(module, num_steps, batch_size, vmap_seeds)
+        _CHUNK_FNS[cache_key] = _make_chunk_fn(module, num_steps, batch_size, vmap_seeds, batch_sharding, member_loop)
     return _CHUNK_FNS[cache_key]
 
 
-def scan_updates(module, agent, data_key, data, num_steps: int, batch_size: int):
+def scan_updates(module, agent, data_key, data, num_steps: int, batch_size: int, batch_sharding=None):
     """``num_steps`` updates of one agent in a ``lax.scan`` (traceable; the body of every chunk)."""
     import jax
 
     sample = sampler(module)
+    if batch_sharding is not None:
+        from offrl.engine.sharding import constrain_batch
+
+        draw = sample
+        sample = lambda d, k, b: constrain_batch(draw(d, k, b), batch_sharding, b)  # noqa: E731
 
     def body(agent, _):
         batch = sample(data, jax.random.fold_in(data_key, agent.step), batch_size)
@@ -71,15 +81,40 @@ def vmap_over_seeds(fn):
     return wrapped
 
 
-def _make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool):
+def map_over_seeds(fn):
+    """Like :func:`vmap_over_seeds`, but the seeds run one after another in a ``lax.map`` inside
+    the same compiled program: each seed's matrix products stay plain 2-D ones. XLA's CPU backend
+    runs a batched (vmapped) product of many small matrices markedly slower than the same
+    products one by one (``benchmarks/results/sweep-full-*.txt``), while an accelerator wants the
+    batch. Each iteration sees one seed's scalar step, so a ``lax.cond`` on it stays a branch."""
+    import jax
+
+    def wrapped(agents, per_seed: tuple, shared: tuple):
+        return jax.lax.map(lambda a_p: fn(a_p[0], *a_p[1], *shared), (agents, per_seed))
+
+    return wrapped
+
+
+def member_loop_default(data_keys) -> bool:
+    """Seeds in a ``lax.map`` on a CPU backend when they all live on one device; ``vmap`` on
+    accelerators and when the seed axis is sharded over devices (each device's share vmapped)."""
+    import jax
+
+    sharding = getattr(data_keys, "sharding", None)
+    one_device = sharding is None or len(sharding.device_set) == 1
+    return jax.default_backend() == "cpu" and one_device
+
+
+def _make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool, batch_sharding=None,
+                   member_loop: bool = False):
     import jax
 
     def one_seed(agent, data_key, data):
-        return scan_updates(module, agent, data_key, data, num_steps, batch_size)
+        return scan_updates(module, agent, data_key, data, num_steps, batch_size, batch_sharding)
 
     if not vmap_seeds:
         return jax.jit(one_seed)
-    seeds_fn = vmap_over_seeds(one_seed)
+    seeds_fn = (map_over_seeds if member_loop else vmap_over_seeds)(one_seed)
     return jax.jit(lambda agents, data_keys, data: seeds_fn(agents, (data_keys,), (data,)))
 
 
@@ -108,17 +143,24 @@ def stack(tree):
 
 
 class Trainer:
-    """Runs scanned chunks for all seeds (vmapped with the shared step counter unbatched; plain
-    when there is one seed)."""
+    """Runs scanned chunks for all seeds: ``members="auto"`` loops over them inside the program on
+    a CPU backend (:func:`map_over_seeds`) and vmaps them elsewhere (:func:`vmap_over_seeds`,
+    the shared step counter unbatched); ``"vmap"``/``"map"`` force one. One seed runs plain, its
+    minibatches split over devices by ``batch_sharding``."""
 
-    def __init__(self, module, batch_size: int, seeds: int):
-        self.module, self.batch_size, self.seeds = module, batch_size, seeds
-        self._fns: dict[int, Any] = {}
+    def __init__(self, module, batch_size: int, seeds: int, batch_sharding=None, members: str = "auto"):
+        if members not in ("auto", "vmap", "map"):
+            raise ValueError(f"members must be auto, vmap or map, not {members!r}")
+        self.module, self.batch_size, self.seeds, self.members = module, batch_size, seeds, members
+        self.batch_sharding = batch_sharding if seeds == 1 else None
+        self._fns: dict[tuple, Any] = {}
 
     def run(self, agents, data_keys, data, num_steps: int):
-        fn = self._fns.get(num_steps)
+        loop = self.members == "map" or (self.members == "auto" and self.seeds > 1 and member_loop_default(data_keys))
+        fn = self._fns.get((num_steps, loop))
         if fn is None:
-            fn = self._fns[num_steps] = make_chunk_fn(self.module, num_steps, self.batch_size, self.seeds > 1)
+            fn = self._fns[(num_steps, loop)] = make_chunk_fn(self.module, num_steps, self.batch_size, self.seeds > 1,
+                                                              self.batch_sharding, loop)
         if self.seeds > 1:
             return fn(agents, data_keys, data)
         agent, metrics = fn(unstack(agents), data_keys[0], data)

@@ -59,7 +59,7 @@ def train(
     progress: bool = True,
     stop_at: int | None = None,
     keep_checkpoints: bool = False,
-    devices: int | None = None,
+    devices: int | str | None = None,
 ) -> Run:
     """Train ``algo`` on ``dataset`` for ``steps`` updates with ``seeds`` vmapped seeds.
 
@@ -70,7 +70,8 @@ def train(
     continues from ``out``'s latest checkpoint. ``stop_at`` ends the run early at that step
     (after checkpointing), as a killed run would; used to test resumption. ``keep_checkpoints``
     keeps every evaluation step's checkpoint (``load_run(out, step=...)``) instead of the latest only.
-    ``devices`` shards the seeds over that many devices (:mod:`offrl.engine.sharding`; data replicated).
+    ``devices`` (an int or ``"auto"``) shards the seeds over that many devices, or with one seed
+    each minibatch's batch axis (:mod:`offrl.engine.sharding`; data replicated).
 
     Example::
 
@@ -91,10 +92,6 @@ def train(
     for name, value in (("steps", steps), ("seeds", seeds), ("eval_every", eval_every), ("log_every", log_every)):
         if int(value) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} is {value}; it must be a positive integer.")
-    if devices is not None:
-        from offrl.engine.sharding import check_divisible, seed_mesh
-
-        seed_mesh(devices), check_divisible(seeds, devices)
     previous = None
     if resume:
         if folder is None or not (folder / "config.json").exists():
@@ -108,6 +105,11 @@ def train(
         config = apply_overrides(module.Config(), config_overrides)
         if hasattr(config, "schedule_steps") and config.schedule_steps is None:
             config = dataclasses.replace(config, schedule_steps=int(steps))
+    if devices is not None:
+        from offrl.engine.sharding import check_devices, resolve_devices
+
+        devices = resolve_devices(devices, seeds, config.batch_size)
+        check_devices(devices, seeds, config.batch_size)
     ds = _load_dataset(dataset)
     env_id = env or (previous["settings"].get("env") if previous else None) or ds.metadata.get("env_id")
     if previous is None and hasattr(module, "config_for_dataset"):  # e.g. DT's default target return, TT's bins
@@ -147,17 +149,23 @@ def train(
         rows = truncate_metrics(folder / "metrics.jsonl", latest["step"] if latest is not None else 0)
     elif folder is not None:
         (folder / "metrics.jsonl").write_text("")
-    if devices is not None:
+    batch_sharding = None
+    if devices is not None and int(seeds) > 1:
         from offrl.engine.sharding import place
 
         agents, data_keys, data = place(agents, data_keys, data, devices)
+    elif devices is not None:
+        from offrl.engine.sharding import batch_sharding as split_batch, place_replicated
+
+        agents, data_keys, data = place_replicated(agents, data_keys, data, devices)
+        batch_sharding = split_batch(devices)
 
     log.rows = rows
     evaluator = None
     if env_id and eval_episodes > 0:
         evaluator = Evaluator(module, agents, info, env_id, eval_episodes, seeds,
                               getattr(config, "discount", 0.99), metadata=reference_metadata(settings))
-    trainer = Trainer(module, config.batch_size, seeds)
+    trainer = Trainer(module, config.batch_size, seeds, batch_sharding)
     run = Run(folder, algo, config, settings, info, agents, log.rows)
     step = int(np.asarray(agents.step).reshape(-1)[0])
     end = int(steps) if stop_at is None else min(int(steps), int(stop_at))

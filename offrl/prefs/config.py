@@ -109,7 +109,9 @@ class TrainConfig:
     log_every: steps between metric lines (and held-out evaluations).
     save_every: steps between checkpoints (0: only the final model).
     seed: random seed.
-    mixed_precision: auto (bf16 on a GPU that supports it, else fp32), no, bf16 or fp16.
+    mixed_precision: auto (bf16 on a GPU that supports it, fp16 on an older GPU, fp32 on CPU), no, bf16 or fp16.
+    gradient_accumulation_steps: batches of batch_size whose gradients are summed into one optimizer step
+      (the effective batch is batch_size x this; steps counts optimizer steps).
     """
 
     steps: int = _field(200, gt=0)
@@ -126,6 +128,7 @@ class TrainConfig:
     save_every: int = _field(0, ge=0)
     seed: int = 0
     mixed_precision: str = _field("auto", choices=("auto", "no", "bf16", "fp16"))
+    gradient_accumulation_steps: int = _field(1, gt=0)
 
     def __post_init__(self) -> None:
         check_config(self)

@@ -106,10 +106,11 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
 
     cache = reference_cache or os.path.join(out, "reference_logps.safetensors")
     reference = load_causal_lm(reference_path).to(device) if config.kl_prompts > 0 else reference_path
-    ref_train = cached_reference_logps(reference, train_tok, pad, cache, average, device, reference_path,
-                                       accelerator.autocast)
-    ref_eval = (cached_reference_logps(reference, eval_tok, pad, cache.replace(".safetensors", "_eval.safetensors"),
-                                       average, device, reference_path, accelerator.autocast) if eval_tok else None)
+    with accelerator.main_process_first():  # the main process writes the cache; the others then read it
+        ref_train = cached_reference_logps(reference, train_tok, pad, cache, average, device, reference_path,
+                                           accelerator.autocast)
+        ref_eval = (cached_reference_logps(reference, eval_tok, pad, cache.replace(".safetensors", "_eval.safetensors"),
+                                           average, device, reference_path, accelerator.autocast) if eval_tok else None)
     if config.kl_prompts <= 0:
         reference = None  # the cached log-probs are all training needs
     else:

@@ -56,10 +56,12 @@ def prepare_data(data, tokenizer, config: TrainConfig, kind: str | None = None, 
         "bad_rows": [str(b) for b in dropped[:50]],
         "truncated_completions": train_tok.truncated + (eval_tok.truncated if eval_tok else 0),
     }
-    if len(train_tok) < config.batch_size:
+    per_step = config.batch_size * int(getattr(config, "gradient_accumulation_steps", 1))
+    if len(train_tok) < per_step:
         raise DatasetError(
-            f"{dataset.source} has {len(train_tok)} training examples, fewer than --batch-size {config.batch_size}; "
-            "lower the batch size or add data."
+            f"{dataset.source} has {len(train_tok)} training examples, fewer than the {per_step} of one optimizer step "
+            f"(--batch-size {config.batch_size} x --gradient-accumulation-steps "
+            f"{getattr(config, 'gradient_accumulation_steps', 1)}); lower them or add data."
         )
     return dataset, train_tok, eval_tok, report
 
@@ -74,7 +76,12 @@ def resume_weights(model: str, out: str, resume: bool) -> str:
 
 def start_run(out: str, trainer: str, model: str, config: TrainConfig, report: dict[str, Any] | None = None,
               **extra: Any) -> None:
-    """Write ``<out>/config.json``: the trainer, the starting model, every config field and the data report."""
+    """Write ``<out>/config.json``: the trainer, the starting model, every config field and the data report
+    (by the main process only under ``accelerate launch``)."""
+    from offrl.prefs.loop import is_main_process
+
+    if not is_main_process():
+        return
     write_json(os.path.join(out, "config.json"),
                {"trainer": trainer, "model": model, **extra, **config.to_json(), **(report or {})})
 
@@ -82,6 +89,9 @@ def start_run(out: str, trainer: str, model: str, config: TrainConfig, report: d
 def finish_run(out: str, history: list[dict[str, float]], report: dict[str, Any] | None = None,
                **extra: Any) -> TrainResult:
     """Write ``<out>/summary.json`` (the data report, ``extra`` and the last metric row) and return the result."""
+    from offrl.prefs.loop import is_main_process
+
     summary = {**(report or {}), **extra, **(history[-1] if history else {})}
-    write_json(os.path.join(out, "summary.json"), summary)
+    if is_main_process():
+        write_json(os.path.join(out, "summary.json"), summary)
     return TrainResult(out, history, summary)

@@ -152,15 +152,18 @@ def ray_sweep(algo: str, dataset: Any, items: Sequence[str], *, search: str = "g
     algo = module.__name__.split(".")[-1]
     value_items, ranges = split_ranges(items)
     grid = parse_grid(module.Config, value_items, config_overrides)
+    for name, (low, high, _) in ranges.items():  # the field exists and both ends are valid values of it
+        parse_grid(module.Config, [f"{name}={low!r},{high!r}"], config_overrides)
     if not grid and not ranges:
         raise ConfigError("offrl sweep needs at least one --grid FIELD=V1,V2,... (or FIELD=LOW:HIGH with --search random).")
     searcher = None
     if search == "optuna":
         try:
+            import optuna  # noqa: F401
             from ray.tune.search.optuna import OptunaSearch
         except ImportError:
-            raise ConfigError("--search optuna needs optuna; pip install optuna.") from None
-        searcher = OptunaSearch(metric="score", mode="max")
+            raise ConfigError("--search optuna needs optuna; pip install 'offrl[sweep]' (or optuna).") from None
+        searcher = OptunaSearch(seed=int(settings_kw.get("seed", 0)))  # TPE; metric and mode come from TuneConfig
     folder = Path(out).resolve() if out is not None else None
     if folder is not None and (folder / "sweep.json").exists():
         raise ConfigError(f"sweep folder {folder} already holds a sweep (sweep.json); choose another --out.")

@@ -78,9 +78,9 @@ def test_horizon_longer_than_every_episode_is_one_line():
     assert "\n" not in str(info.value)
 
 
-def test_short_run(tmp_path):
+def test_short_run(tmp_path, capsys):
     """A few hundred updates on pendulum-medium-replay: the denoising loss falls well below its
-    start; evaluation plans every action."""
+    start; evaluation plans every action; ``offrl export`` refuses the run in one line (exit 2)."""
     import offrl
 
     overrides = {"horizon": "4", "unet_dims": "16,16", "value_hidden_dims": "32", "diffusion_steps": "5",
@@ -90,3 +90,9 @@ def test_short_run(tmp_path):
     losses = [r["actor_loss"] for r in run.metrics]
     assert losses[-1] < 0.6 * losses[0]
     assert np.isfinite(run.metrics[-1]["eval/return"])
+    from offrl.cli import main
+
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not support diffuser" in err[0] and not (tmp_path / "run" / "export").exists()

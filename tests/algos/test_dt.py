@@ -91,11 +91,32 @@ def test_extra_arrays_returns_to_go_timesteps_starts():
     assert extra["context"].shape == (9, 0, 4)
 
 
-def test_no_episode_is_a_config_error():
+@pytest.mark.parametrize("name", ["dt", "tt", "diffuser"])
+def test_no_episode_is_one_line_for_every_sequence_model(name):
+    from offrl.algos import get_algorithm
+
+    module = get_algorithm(name)
     empty = Dataset.from_arrays(np.zeros((0, 2), np.float32), np.zeros((0, 1), np.float32), np.zeros(0, np.float32),
                                 np.zeros(0, bool))
-    with pytest.raises(ConfigError, match="no episode"):
-        dt.extra_arrays(empty, None, _tiny_config())
+    with pytest.raises(ConfigError, match="has no episode") as info:
+        module.extra_arrays(empty, None, module.Config())
+    assert "\n" not in str(info.value)
+
+
+def test_empty_dataset_file_is_one_line_and_exit_2(tmp_path, capsys):
+    """``offrl train --algo dt`` on a dataset file without a single transition: one line, exit 2."""
+    from offrl.cli import main
+
+    path = tmp_path / "empty.npz"      # offrl.data.save refuses to write it, so write the arrays by hand
+    np.savez(path, observations=np.zeros((0, 3), np.float32), actions=np.zeros((0, 1), np.float32),
+             rewards=np.zeros(0, np.float32), terminals=np.zeros(0, bool), timeouts=np.zeros(0, bool),
+             next_observations=np.zeros((0, 3), np.float32))
+    capsys.readouterr()
+    assert main(["train", "--algo", "dt", "--dataset", str(path), "--steps", "10", "--out", str(tmp_path / "run"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "empty.npz: the dataset has zero transitions" in err[0], err
+    assert not (tmp_path / "run").exists()
 
 
 def test_segments_are_left_padded_at_episode_starts():
@@ -172,6 +193,92 @@ def test_default_target_return_is_the_best_episode():
     assert dt.config_for_dataset(_tiny_config(target_return=5), _two_episodes()).target_return == 5.0
 
 
+def test_numpy_forward_equals_the_flax_network():
+    """The NumPy transformer (offrl.policy_dt) reproduces the Flax DT on random inputs with
+    padding, several heads and timesteps past the embedding table (clipped)."""
+    from offrl.policy_dt import NumpyDecisionTransformer
+
+    config = _tiny_config(max_timestep=6)
+    agent = dt.create(config, 3, 2, jax.random.PRNGKey(0))
+    arrays, meta = dt.export_arrays(agent)
+    policy = NumpyDecisionTransformer({**arrays, "obs_mean": np.zeros(3), "obs_std": np.ones(3),
+                                       "action_low": -np.ones(2), "action_high": np.ones(2)}, meta)
+    keys = jax.random.split(jax.random.PRNGKey(1), 3)
+    R, s, a = jax.random.normal(keys[0], (5, 4)), jax.random.normal(keys[1], (5, 4, 3)), jax.random.uniform(keys[2], (5, 4, 2), minval=-1)
+    t = jnp.array([[0, 1, 2, 3], [5, 6, 7, 8], [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 2, 3]])
+    valid = jnp.array([[True] * 4, [True] * 4, [False, False, False, True], [False, False, True, True], [False, True, True, True]])
+    expected = np.asarray(agent.actor.apply_fn(agent.actor.params, R, s, a, t, valid))
+    got = policy.forward(np.asarray(R), np.asarray(s), np.asarray(a), np.asarray(t), np.asarray(valid))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert np.abs(expected).max() > 0.05
+
+
+class _ActionEnv:
+    """A stub env whose next observation depends on the action: ``s' = 0.9 s + sum(a)``, reward
+    ``-|s'_0|``, episodes of 9 steps (longer than the context of 4)."""
+
+    def __init__(self, num_envs):
+        self.num_envs, self.obs_dim, self.action_dim = num_envs, 3, 2
+
+    def reset(self, seeds):
+        self.t = 0
+        self.s = np.stack([np.linspace(-1, 1, 3) * (i + 1) for i in range(self.num_envs)]).astype(np.float32)
+        return self.s.copy()
+
+    def step(self, actions, active=None):
+        self.t += 1
+        self.s = (0.9 * self.s + np.sum(actions, axis=1, keepdims=True)).astype(np.float32)
+        reward = -np.abs(self.s[:, 0])
+        return self.s.copy(), reward, np.full(self.num_envs, self.t == 9), np.zeros(self.num_envs, bool)
+
+
+def test_exported_numpy_dt_acts_like_the_jax_rollout(tmp_path):
+    """Over a 9-step rollout (padding while the context of 4 fills, then a full sliding window)
+    the NumPy DT's actions equal the JAX carry policy's to 1e-5, with the same target return,
+    observation normalisation and action bounds."""
+    from offrl import engine
+    from offrl.checkpoint import export_numpy_policy
+    from offrl.engine.data import DataInfo
+    from offrl.policy import load_numpy_policy
+    from offrl.rollout import run_episodes
+
+    config = _tiny_config(return_scale=10.0, max_timestep=7, target_return=12.0)
+    agents, _ = engine.create_agents(dt, config, 3, 2, seed=3, seeds=1)
+    info = DataInfo(3, 2, [0.5, -0.2, 0.1], [2.0, 0.5, 1.5], [-2.0, 0.0], [2.0, 1.0])
+    jax_policy, carry = dt.rollout_policy(agents, info, seeds=1, envs_per_seed=2, target_return=30.0)
+    jax_actions = []
+
+    def spy(params, carry, obs, key):
+        actions, carry = jax_policy(params, carry, obs, key)
+        jax_actions.append(np.asarray(actions))
+        return actions, carry
+
+    spy.observe = jax_policy.observe
+    out = run_episodes(_ActionEnv(2), spy, agents, [0, 1], jax.random.PRNGKey(0), carry=carry)
+
+    folder = export_numpy_policy(engine.Run(None, "dt", config, {"seeds": 1}, info, agents), tmp_path / "export")
+    policy = load_numpy_policy(folder)
+    assert policy.meta["target_return"] == 12.0 and policy.context_length == 4
+    env, numpy_actions, total = _ActionEnv(2), [], np.zeros(2)
+    obs = env.reset([0, 1])
+    policy.reset(target_return=30.0, num_envs=2)
+    for _ in range(9):
+        action = policy.act(obs)
+        numpy_actions.append(action)
+        obs, reward, _, _ = env.step(action)
+        policy.observe(reward)
+        total += reward
+    assert len(jax_actions) == 9
+    np.testing.assert_allclose(np.stack(numpy_actions), np.stack(jax_actions), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(total, out["return"], rtol=1e-4)
+    assert np.stack(numpy_actions).std() > 0.01        # the actions are not a constant
+    # the default target is the run's; a single observation gives a single action
+    policy.reset()
+    assert policy.remaining[0] == pytest.approx(1.2) and policy.act(np.zeros(3)).shape == (2,)
+    with pytest.raises(ValueError, match="num_envs=3"):
+        policy.act(np.zeros((3, 3)))
+
+
 TINY_SET = ["--set", "embed_dim=16", "--set", "num_layers=1", "--set", "context_length=4", "--set", "warmup_steps=0"]
 
 
@@ -196,6 +303,22 @@ def test_cli_train_then_evaluate_with_target_returns(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'high' is not a finite number" in err[0]
     assert main(["evaluate", str(out), "--target-returns=-100,x"]) == 2
+    # offrl export writes the transformer; NumPy alone (no JAX import) plays it with its context
+    import subprocess
+    import sys
+
+    assert main(["export", str(out)]) == 0
+    script = ("import sys, numpy as np\n"
+              "from offrl.policy import load_numpy_policy\n"
+              f"p = load_numpy_policy({str(out / 'export')!r})\n"
+              "p.reset(-300.0)\n"
+              "a = []\n"
+              "for k in range(6):\n"
+              "    a.append(p.act(np.array([1.0, 0.0, 0.1]) * k))\n"
+              "    p.observe(-1.0)\n"
+              "assert np.abs(np.array(a)).max() <= 2.0 and np.array(a).shape == (6, 1)\n"
+              "assert 'jax' not in sys.modules, 'the NumPy DT imported JAX'\n")
+    subprocess.run([sys.executable, "-c", script], check=True)
 
 
 @pytest.mark.slow

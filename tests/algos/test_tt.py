@@ -44,9 +44,10 @@ def test_gpt_next_token_is_causal():
     assert not np.allclose(out[0, 5], base[0, 5])
 
 
-def test_short_run_learns_and_plans(tmp_path):
+def test_short_run_learns_and_plans(tmp_path, capsys):
     """A few hundred updates on pendulum-medium-replay: the next-token loss falls below the
-    uniform ``log(num_bins)``; evaluation plans every action and reports the time per action."""
+    uniform ``log(num_bins)``; evaluation plans every action and reports the time per action;
+    ``offrl export`` refuses the run in one line (exit 2)."""
     import offrl
     from offrl import engine
 
@@ -64,3 +65,9 @@ def test_short_run_learns_and_plans(tmp_path):
     actions, _ = policy(loaded.agent, None, np.ones((1, 3), np.float32), jax.random.PRNGKey(1))
     assert actions.shape == (1, 1) and np.all(np.abs(actions) <= 2.0)
     assert 0 < policy.seconds_per_action < 5.0
+    from offrl.cli import main
+
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not support tt" in err[0] and not (tmp_path / "run" / "export").exists()

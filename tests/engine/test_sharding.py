@@ -1,4 +1,5 @@
-"""offrl train --devices: the seed axis sharded over a Mesh of 4 (forced host) CPU devices."""
+"""offrl train --devices: the seed axis (several seeds) or the batch axis (one seed) sharded over a
+Mesh of 4 (forced host) CPU devices."""
 
 import os
 import subprocess
@@ -25,7 +26,36 @@ SCRIPT = textwrap.dedent("""
     assert len(leaves[0].sharding.device_set) == 4, leaves[0].sharding
     for a, b in zip(jax.tree_util.tree_leaves(one.agent), jax.tree_util.tree_leaves(four.agent)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    for devices, seeds, words in ((8, 4, "only 4 cpu device(s)"), (4, 3, "does not divide")):
+    # one seed: the batch axis split over the 4 devices (data parallel), agent replicated
+    kw1 = {**kw, "seeds": 1}
+    single = train("iql", ds, **kw1)
+    split = train("iql", ds, devices=4, **kw1)
+    auto = train("iql", ds, devices="auto", **kw1)
+    leaf = jax.tree_util.tree_leaves(split.agent.actor.params)[0]
+    assert len(leaf.sharding.device_set) == 4 and leaf.sharding.is_fully_replicated, leaf.sharding
+    rows = lambda run: [(r["step"], r["critic_loss"], r["actor_loss"]) for r in run.metrics]
+    np.testing.assert_allclose(np.array(rows(single)), np.array(rows(split)), rtol=1e-5, atol=1e-6)
+    for a, b, c in zip(*(jax.tree_util.tree_leaves(r.agent) for r in (single, split, auto))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(b), np.asarray(c), rtol=0, atol=0)
+    assert not np.allclose(np.asarray(jax.tree_util.tree_leaves(single.agent.actor.params)[0]),
+                           np.asarray(jax.tree_util.tree_leaves(train("iql", ds, **{**kw1, "steps": 5}).agent.actor.params)[0]))
+    # the chunk really partitions the batch: its compiled HLO holds a cross-device reduction
+    from offrl.algos import get_algorithm
+    from offrl.engine.chunks import make_chunk_fn, create_agents
+    from offrl.engine.data import prepare_data
+    from offrl.engine.sharding import batch_sharding, place_replicated
+    from offrl.algos.common import apply_overrides
+    module = get_algorithm("iql")
+    config = apply_overrides(module.Config(), kw["config_overrides"])
+    data, info = prepare_data(ds, config, None, module)
+    agents, keys = create_agents(module, config, info.obs_dim, info.action_dim, 0, 1)
+    agents, keys, data = place_replicated(agents, keys, data, 4)
+    fn = make_chunk_fn(module, 2, 16, False, batch_sharding(4))
+    hlo = fn.lower(jax.tree_util.tree_map(lambda x: x[0], agents), keys[0], data).compile().as_text()
+    assert "all-reduce" in hlo, "no all-reduce in the batch-sharded chunk"
+    for devices, seeds, words in ((8, 4, "only 4 cpu device(s)"), (4, 3, "does not divide"),
+                                  (8, 1, "only 4 cpu device(s)"), (3, 1, "does not divide batch_size 16")):
         try:
             train("iql", ds, **{**kw, "seeds": seeds, "devices": devices})
         except ConfigError as exc:

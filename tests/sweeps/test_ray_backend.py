@@ -56,3 +56,36 @@ def test_ray_trials_on_two_local_workers(pendulum_tiny, tmp_path):
         assert run.config.expectile == r.point["expectile"] and run.step in (2, 4)
     record = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert len(record["results"]) == 2 and record["best"] is not None
+
+
+def test_range_ends_are_checked_before_ray_starts(pendulum_tiny):
+    from offrl.sweeps import sweep
+
+    for item, words in (("expectile=0.5:1.5", "--grid expectile: value '1.5'"), ("expectiles=0.5:0.9", "--grid expectiles")):
+        with pytest.raises(ConfigError, match=words):
+            sweep("iql", pendulum_tiny, grid=[item], backend="ray", search="random", progress=False, echo=lambda *_: None)
+    assert not ray.is_initialized()
+
+
+@pytest.mark.slow  # Ray start-up and JAX in each worker: about 1-2 minutes on the shared 2-core machine
+def test_optuna_search_on_two_local_workers(pendulum_tiny, tmp_path):
+    """3 trials drawn by Optuna's TPE from a range and a choice, on a local Ray of 2 CPUs."""
+    pytest.importorskip("optuna")
+    from offrl.engine import load_run
+    from offrl.sweeps import sweep
+
+    try:
+        result = sweep("iql", pendulum_tiny, grid=["expectile=0.6:0.9", "awr_inverse_temperature=1,3"], seeds=2, steps=4,
+                       eval_every=2, eval_episodes=1, log_every=2, out=tmp_path / "s", config_overrides=TINY,
+                       progress=False, echo=lambda *_: None, backend="ray", search="optuna", num_samples=3, ray_cpus=2)
+    finally:
+        ray.shutdown()
+    assert len(result.results) == 3
+    for r in result.results:
+        assert 0.6 <= r.point["expectile"] <= 0.9 and r.point["awr_inverse_temperature"] in (1.0, 3.0)
+        assert len(r.scores) == 2 and all(s == s for s in r.scores)
+        run = load_run(r.folder)
+        assert run.config.expectile == pytest.approx(r.point["expectile"]) and run.step == 4
+    assert len({r.point["expectile"] for r in result.results}) == 3  # drawn, not a grid
+    record = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert len(record["results"]) == 3 and record["best"] is not None

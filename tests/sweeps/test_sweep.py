@@ -107,7 +107,8 @@ def test_sweep_folder_holds_results_and_refuses_to_overwrite(swept, pendulum_tin
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     for extra, words in ((["--grid", "expectile=0.6,abc"], "--grid expectile"),
-                         (["--grid", "hidden_dims=8;16", "--traced", "hidden_dims"], "--traced hidden_dims")):
+                         (["--grid", "hidden_dims=8;16", "--traced", "hidden_dims"], "--traced hidden_dims"),
+                         (["--grid", "expectile=0.6,0.9", "--devices", "64"], "--devices 64: only")):
         proc = subprocess.run([sys.executable, "-m", "offrl", "sweep", "--algo", "iql", "--dataset", str(tmp_path / "none.npz"),
                                "--out", str(tmp_path / "s"), *extra], capture_output=True, text=True)
         assert proc.returncode == 2, proc.stderr

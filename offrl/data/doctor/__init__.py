@@ -76,7 +76,7 @@ def inspect_dataset(ds: Dataset, env_id: str | None = None, seed: int = 0) -> di
     order_fit = return_order_fit(returns)
     modes = bimodality(scores if scores is not None else returns)
     kind = kind_of_data(predictability, trend, order_fit, modes, autocorr, coverage["mean_entropy"])
-    level = level_of_data(scores, references, modes)
+    level = level_of_data(scores, references, modes, order_fit)
     tier = estimate_tier(kind, level, int(len(starts)), md.get("tier"))
     tier.update(return_trend=None if not np.isfinite(trend) else trend, bimodality=modes, return_order_fit=order_fit)
     duplicates = duplicate_transitions(ds)

@@ -1,0 +1,191 @@
+"""Train and evaluate one benchmark cell with d3rlpy; run by a *separate* Python (``--peer-python``).
+
+``offrl benchmark --peer d3rlpy`` writes a request (JSON) and calls::
+
+    PEER_PYTHON offrl/peers/d3rlpy_driver.py REQUEST.json
+
+This file imports neither offrl nor JAX: only numpy, h5py, gymnasium and d3rlpy (2.x), so it
+runs in a virtualenv that has d3rlpy and nothing of ours. It reads the D4RL-layout HDF5 file
+(``observations, actions, rewards, terminals, timeouts``), builds d3rlpy's algorithm with the
+sizes of offrl's resolved config (the request's ``config``: hidden sizes, learning rates, batch
+size, discount, target rate, critics, the algorithm's own coefficients, observation
+normalization and the same reward multiplier), trains ``steps`` updates per seed (seeds one
+after another), evaluates the deterministic policy every ``eval_every`` updates for
+``eval_episodes`` Gymnasium episodes, and prints one JSON object on stdout::
+
+    {"last_mean", "last_std", "best_mean", "best_std", "last_step", "best_step", "metric",
+     "wall_s", "curve": [[step, mean, std], ...], "per_seed_last": [...], "unmatched": [...],
+     "d3rlpy_version"}
+
+Scores are normalized with the request's ``references`` (``100 (R - R_random) / (R_expert -
+R_random)``); mean ± std over seeds (population std, as offrl's table). ``unmatched`` names each
+offrl setting d3rlpy has no counterpart for. PyTorch runs ``torch_threads`` intra-op threads
+(default 1: on a small shared CPU more threads oversubscribe it; measured on our 2-core machine
+under load, d3rlpy's BC update took 5 ms with one thread and 82 ms with two).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def load_arrays(path: str) -> dict:
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        out = {k: np.asarray(f[k]) for k in ("observations", "actions", "rewards", "terminals", "timeouts")}
+    return out
+
+
+def build_algo(name: str, cfg: dict, steps: int, reward_multiplier: float, low, high):
+    """d3rlpy's algorithm with offrl's sizes; returns ``(algo, unmatched settings)``."""
+    import d3rlpy
+    from d3rlpy.models import VectorEncoderFactory
+    from d3rlpy.optimizers import AdamFactory
+    from d3rlpy.optimizers.lr_schedulers import CosineAnnealingLRFactory
+    from d3rlpy.preprocessing import MinMaxActionScaler, MultiplyRewardScaler, StandardObservationScaler
+
+    unmatched = []
+    mlp = lambda dims: VectorEncoderFactory(hidden_units=list(dims))  # noqa: E731
+    common = {"action_scaler": MinMaxActionScaler(minimum=np.asarray(low, np.float32), maximum=np.asarray(high, np.float32))}
+    if cfg.get("normalize_observations"):
+        common["observation_scaler"] = StandardObservationScaler()
+    if reward_multiplier != 1.0:
+        common["reward_scaler"] = MultiplyRewardScaler(multiplier=float(reward_multiplier))
+    if float(cfg.get("reward_bias", 0.0) or 0.0) != 0.0:
+        unmatched.append(f"reward_bias={cfg['reward_bias']}")
+    rl = {"gamma": cfg.get("discount", 0.99), "tau": cfg.get("tau", 0.005), "n_critics": cfg.get("num_qs", 2),
+          "batch_size": cfg["batch_size"]}
+    if name == "bc":
+        if cfg.get("loss", "mse") != "mse":
+            unmatched.append(f"loss={cfg['loss']} (d3rlpy's stochastic BC used)")
+        config = d3rlpy.algos.BCConfig(batch_size=cfg["batch_size"], learning_rate=cfg["learning_rate"],
+                                       policy_type="deterministic" if cfg.get("loss", "mse") == "mse" else "stochastic",
+                                       encoder_factory=mlp(cfg["hidden_dims"]), **common)
+    elif name == "td3_bc":
+        for key in ("bc_anneal_steps",):
+            if cfg.get(key):
+                unmatched.append(f"{key}={cfg[key]}")
+        config = d3rlpy.algos.TD3PlusBCConfig(
+            actor_learning_rate=cfg["actor_lr"], critic_learning_rate=cfg["critic_lr"],
+            actor_encoder_factory=mlp(cfg["hidden_dims"]), critic_encoder_factory=mlp(cfg["hidden_dims"]),
+            target_smoothing_sigma=cfg["policy_noise"], target_smoothing_clip=cfg["noise_clip"], alpha=cfg["alpha"],
+            update_actor_interval=cfg["policy_delay"], **rl, **common)
+    elif name == "iql":
+        actor_optim = AdamFactory()
+        if cfg.get("cosine_actor_lr"):
+            actor_optim = AdamFactory(lr_scheduler_factory=CosineAnnealingLRFactory(T_max=int(cfg.get("schedule_steps") or steps)))
+        config = d3rlpy.algos.IQLConfig(
+            actor_learning_rate=cfg["actor_lr"], critic_learning_rate=cfg["critic_lr"], actor_optim_factory=actor_optim,
+            actor_encoder_factory=mlp(cfg["hidden_dims"]), critic_encoder_factory=mlp(cfg["hidden_dims"]),
+            value_encoder_factory=mlp(cfg["hidden_dims"]), expectile=cfg["expectile"],
+            weight_temp=cfg["awr_inverse_temperature"], max_weight=cfg["max_weight"], **rl, **common)
+        if cfg.get("value_lr") != cfg.get("critic_lr"):
+            unmatched.append(f"value_lr={cfg.get('value_lr')} (d3rlpy trains V with the critic's rate)")
+    elif name == "cql":
+        if cfg.get("lagrange"):
+            alpha = {"alpha_learning_rate": cfg["cql_alpha_lr"], "alpha_threshold": cfg["target_action_gap"]}
+        else:
+            alpha = {"alpha_learning_rate": 0.0}
+        if cfg.get("bc_warmup_steps"):
+            unmatched.append(f"bc_warmup_steps={cfg['bc_warmup_steps']} (d3rlpy's CQL has no BC warm-up)")
+        if not cfg.get("importance_sampling", True):
+            unmatched.append("importance_sampling=False")
+        config = d3rlpy.algos.CQLConfig(
+            actor_learning_rate=cfg["actor_lr"], critic_learning_rate=cfg["critic_lr"],
+            temp_learning_rate=cfg["entropy_alpha_lr"], initial_temperature=cfg["initial_entropy_alpha"],
+            actor_encoder_factory=mlp(cfg["hidden_dims"]), critic_encoder_factory=mlp(cfg["hidden_dims"]),
+            conservative_weight=cfg["cql_alpha"], n_action_samples=cfg["n_actions"], initial_alpha=1.0,
+            **alpha, **rl, **common)
+    elif name == "bcq":
+        config = d3rlpy.algos.BCQConfig(
+            actor_learning_rate=cfg["actor_lr"], critic_learning_rate=cfg["critic_lr"], imitator_learning_rate=cfg["vae_lr"],
+            actor_encoder_factory=mlp(cfg["hidden_dims"]), critic_encoder_factory=mlp(cfg["hidden_dims"]),
+            imitator_encoder_factory=mlp(cfg["vae_hidden_dims"]), lam=cfg["lmbda"], action_flexibility=cfg["phi"],
+            n_action_samples=cfg["num_samples"], beta=cfg["kl_weight"], **rl, **common)
+        if cfg.get("latent_dim") is not None:
+            unmatched.append(f"latent_dim={cfg['latent_dim']} (d3rlpy uses 2 x action_dim)")
+    elif name == "awac":
+        config = d3rlpy.algos.AWACConfig(
+            actor_learning_rate=cfg["actor_lr"], critic_learning_rate=cfg["critic_lr"],
+            actor_optim_factory=AdamFactory(weight_decay=cfg.get("actor_weight_decay", 0.0)),
+            actor_encoder_factory=mlp(cfg["actor_hidden_dims"]), critic_encoder_factory=mlp(cfg["hidden_dims"]),
+            lam=cfg["lam"], **rl, **common)
+        if not cfg.get("normalize_weights", True) or cfg.get("max_weight") not in (None, 100.0):
+            unmatched.append("AWAC weight normalisation/clipping")
+    else:
+        raise SystemExit(f"the d3rlpy driver has no mapping for algorithm '{name}'; it knows bc, bcq, cql, iql, td3_bc, awac.")
+    return config.create(device="cpu:0"), unmatched
+
+
+def evaluate(algo, env, episodes: int, seed: int) -> list[float]:
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        total, done = 0.0, False
+        while not done:
+            action = algo.predict(np.asarray(obs, np.float32)[None])[0]
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return returns
+
+
+def run(request: dict) -> dict:
+    import d3rlpy
+    import gymnasium as gym
+    import torch
+    from d3rlpy.logging import NoopAdapterFactory
+
+    torch.set_num_threads(int(request.get("torch_threads", 1)))
+    data = load_arrays(request["dataset_path"])
+    steps, every, episodes = int(request["steps"]), int(request["eval_every"]), int(request["eval_episodes"])
+    r_lo, r_hi = request["references"]
+    score = lambda r: 100.0 * (np.asarray(r) - r_lo) / (r_hi - r_lo)  # noqa: E731
+    env = gym.make(request["env_id"])
+    low, high = env.action_space.low, env.action_space.high
+    t0 = time.perf_counter()
+    curves, unmatched = [], []
+    for s in range(int(request["seeds"])):
+        seed = int(request["seed"]) + s
+        d3rlpy.seed(seed)
+        dataset = d3rlpy.dataset.MDPDataset(
+            data["observations"].astype(np.float32), data["actions"].astype(np.float32), data["rewards"].astype(np.float32),
+            data["terminals"].astype(np.float32), data["timeouts"].astype(np.float32),
+            action_space=d3rlpy.ActionSpace.CONTINUOUS)
+        algo, unmatched = build_algo(request["algo"], request["config"], steps, float(request.get("reward_multiplier", 1.0)), low, high)
+        curve = []
+        for epoch, _ in algo.fitter(dataset, n_steps=steps, n_steps_per_epoch=every, show_progress=False,
+                                    logger_adapter=NoopAdapterFactory(), save_interval=10 ** 9):
+            curve.append(float(np.mean(score(evaluate(algo, env, episodes, seed=10_000 * (seed + 1) + epoch)))))
+        curves.append(curve)
+    wall = time.perf_counter() - t0
+    table = np.asarray(curves)                 # (seeds, evaluations)
+    mean, std = table.mean(0), table.std(0)
+    eval_steps = [every * (i + 1) for i in range(table.shape[1])]
+    best = int(np.argmax(mean))
+    return {"metric": "eval/normalized_score", "last_step": eval_steps[-1], "last_mean": float(mean[-1]), "last_std": float(std[-1]),
+            "best_step": eval_steps[best], "best_mean": float(mean[best]), "best_std": float(std[best]), "wall_s": wall,
+            "curve": [[st, float(m), float(sd)] for st, m, sd in zip(eval_steps, mean, std)],
+            "per_seed_last": [float(c[-1]) for c in curves], "unmatched": unmatched, "d3rlpy_version": d3rlpy.__version__}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python d3rlpy_driver.py REQUEST.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as fh:
+        request = json.load(fh)
+    result = run(request)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
