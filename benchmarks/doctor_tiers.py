@@ -5,7 +5,8 @@ runs :func:`offrl.data.doctor.inspect_dataset` and prints the kind, tier, confid
 finds beside the kind the file's tier implies. With ``--fixture PATH`` it also writes the
 statistics the kind rule consumes (held-out action predictability and its trend, lag-1 action
 autocorrelation, action-histogram flatness) and every episode's return, rounded, per file: a few
-kilobytes that ``tests/data/test_doctor_mujoco_tiers.py`` classifies again in the default suite.
+kilobytes that ``tests/data/test_doctor_mujoco_tiers.py`` classifies again in the default suite
+(the SB3 files too, marked ``collected_by``).
 
     python benchmarks/doctor_tiers.py --data /work/data --extra /work/data/sb3 \\
         --fixture tests/data/fixtures/doctor_mujoco_tiers.json --out benchmarks/results/doctor-mujoco-tiers.txt
@@ -65,8 +66,7 @@ def main() -> None:
         for reason in tier["reasons"]:
             lines.append(f"    {reason}")
         print("\n".join(lines[-1 - len(tier["reasons"]):]), flush=True)
-        if "-sb3-" not in f.name:
-            fixture[f.stem] = fixture_entry(ds, report)
+        fixture[f.stem] = {**fixture_entry(ds, report), "collected_by": "stable-baselines3 SAC" if "-sb3-" in f.name else "offrl zoo"}
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
     if args.fixture:

@@ -75,6 +75,12 @@ def build_algo(name: str, cfg: dict, steps: int, reward_multiplier: float, low, 
             actor_encoder_factory=mlp(cfg["hidden_dims"]), critic_encoder_factory=mlp(cfg["hidden_dims"]),
             target_smoothing_sigma=cfg["policy_noise"], target_smoothing_clip=cfg["noise_clip"], alpha=cfg["alpha"],
             update_actor_interval=cfg["policy_delay"], **rl, **common)
+    elif name == "td3":
+        config = d3rlpy.algos.TD3Config(
+            actor_learning_rate=cfg["actor_lr"], critic_learning_rate=cfg["critic_lr"],
+            actor_encoder_factory=mlp(cfg["hidden_dims"]), critic_encoder_factory=mlp(cfg["hidden_dims"]),
+            target_smoothing_sigma=cfg["policy_noise"], target_smoothing_clip=cfg["noise_clip"],
+            update_actor_interval=cfg["policy_delay"], **rl, **common)
     elif name == "iql":
         actor_optim = AdamFactory()
         if cfg.get("cosine_actor_lr"):
@@ -118,7 +124,7 @@ def build_algo(name: str, cfg: dict, steps: int, reward_multiplier: float, low, 
         if not cfg.get("normalize_weights", True) or cfg.get("max_weight") not in (None, 100.0):
             unmatched.append("AWAC weight normalisation/clipping")
     else:
-        raise SystemExit(f"the d3rlpy driver has no mapping for algorithm '{name}'; it knows bc, bcq, cql, iql, td3_bc, awac.")
+        raise SystemExit(f"the d3rlpy driver has no mapping for algorithm '{name}'; it knows bc, bcq, cql, iql, td3, td3_bc, awac.")
     return config.create(device="cpu:0"), unmatched
 
 

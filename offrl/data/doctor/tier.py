@@ -22,7 +22,11 @@ without any trend (0.16 at 40 episodes), hence the margins of the thresholds. Th
    Blocks also count when the trend is weaker but one step explains the returns far better than
    chance (``step >= 0.1`` and ``step_p <= 0.005``, i.e. no random order of the episodes fits a
    step as well): a medium block of many short episodes followed by a few long expert ones, some
-   of which fall early (Hopper, Walker2d), gives a Spearman trend of only about 0.3;
+   of which fall early (Hopper, Walker2d), gives a Spearman trend of only about 0.3. Blocks in a
+   file whose actions are unpredictable as a whole (``R^2 < 0.15``) but grow more consistent
+   along it (consistency trend ``>= 0.5``) are a **learning history** that leaves its random
+   exploration in a jump (a learner that stalls after it, or a short history; mixtures of
+   trained policies are predictable: ``R^2`` 0.4-0.85 on our MuJoCo tiers);
 2. otherwise, **learning history** when the behaviour grows more consistent along the file
    (consistency trend ``>= 0.5``: a learner's entropy falls, even where its returns do not
    show it yet) and **mixture of policies** when it grows less consistent (``<= -0.5``); two
@@ -108,9 +112,16 @@ def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, mod
     def note(signal, value, points_to, reason):
         evidence.append({"signal": signal, "value": value, "points_to": points_to, "reason": reason})
 
+    # a learner leaves its early (near-)random exploration: the file as a whole is hard to predict,
+    # yet its actions grow more consistent along it; a sharp early rise then forms blocks
+    exploring = blocks and more_consistent and unpredictable
     if more_consistent or less_consistent:
         direction = "more" if more_consistent else "less"
-        if blocks:
+        if exploring:
+            note("consistency trend", consistency, "learning history",
+                 f"actions grow more predictable from the states along the file (Spearman {consistency:.2f} of per-episode R^2 with position) "
+                 f"although the file as a whole is hard to predict (R^2 {r2:.2f}): a learner leaving its early random exploration")
+        elif blocks:
             note("consistency trend", consistency, "mixture of policies",
                  f"actions grow {direction} predictable from the states along the file (Spearman {consistency:.2f} of per-episode R^2 with position): the behaviour policy changes")
         elif more_consistent:
@@ -125,8 +136,13 @@ def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, mod
     if blocks:
         direction = "rise" if order_fit.get("step_rises", True) else "fall"
         chance = f", p = {step_p:.3f} against random orders" if _finite(step_p) else ""
-        note("return blocks", step, "mixture of policies",
-             f"returns {direction} along the file in blocks (one step at episode {order_fit.get('step_at')} explains {100 * step:.0f}% of the rank variance{chance}, a line {100 * linear:.0f}%): datasets written one after another")
+        where = f"one step at episode {order_fit.get('step_at')} explains {100 * step:.0f}% of the rank variance{chance}, a line {100 * linear:.0f}%"
+        if exploring:
+            note("return blocks", step, "learning history",
+                 f"returns {direction} along the file in a step ({where}) as the actions leave their random phase: exploration, then a policy")
+        else:
+            note("return blocks", step, "mixture of policies",
+                 f"returns {direction} along the file in blocks ({where}): datasets written one after another")
     if modes.get("bimodal"):
         note("return modes", modes.get("ashman_d"), "mixture of policies",
              f"returns have two modes ({100 * (1 - modes['low_fraction']):.0f}% of episodes in the upper one, Ashman's D {modes['ashman_d']:.1f})")
@@ -151,7 +167,7 @@ def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, mod
         note("no trend", return_trend, "one policy",
              f"neither the returns (Spearman {return_trend:.2f}) nor the behaviour change along the file")
 
-    if gradual:
+    if gradual or exploring:
         kind = "learning history"
     elif blocks:
         kind = "mixture of policies"
