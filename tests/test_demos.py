@@ -37,6 +37,7 @@ def test_extrapolation_demo_naive_estimates_run_away_and_cql_stays_below(tmp_pat
     assert td3["q_estimate"][-1] > 0                                      # impossible: Pendulum pays <= 0
     assert td3["q_estimate"][-1] > td3["q_estimate"][half] + 50           # and still climbing
     assert ccql["q_estimate"][-1] < 0 and ccql["q_estimate"][-1] < ccql["q_estimate"][half]  # CQL's keeps falling
+    assert ccql["q_estimate"][-1] <= ccql["discounted_return"][-1]        # and sits below its return
     gap = lambda c: c["q_estimate"][-1] - c["discounted_return"][-1]  # noqa: E731
     assert gap(td3) > gap(ccql) + 200
     assert len(result["verdict"].splitlines()) == 2
