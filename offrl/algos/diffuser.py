@@ -39,6 +39,7 @@ from flax.training.train_state import TrainState
 
 from offrl.algos.ranges import (BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, POSITIVE, POSITIVE_INT, REWARD_SCALING,
                                 WIDTHS, Interval, param)
+from offrl.algos.planning import PlanningPolicy, act_by_planning, refuse_policy_layers
 from offrl.errors import ConfigError
 
 
@@ -287,8 +288,8 @@ def plan(agent: Agent, observation: jax.Array, key: jax.Array) -> jax.Array:
 
 
 def act(agent: Agent, observations: jax.Array) -> jax.Array:
-    keys = jax.random.split(jax.random.PRNGKey(0), observations.shape[0])
-    return jax.vmap(plan, in_axes=(None, 0, 0))(agent, observations, keys)
+    """Planned actions for a batch of (agent-unit) observations (a fixed planning key)."""
+    return act_by_planning(plan, agent, observations)
 
 
 def q_value(agent: Agent, observations: jax.Array, actions: jax.Array):
@@ -297,23 +298,9 @@ def q_value(agent: Agent, observations: jax.Array, actions: jax.Array):
 
 def policy_layers(agent: Agent):
     """Not supported: ``offrl export`` writes MLP policies only."""
-    from offrl.errors import OffrlError
-
-    raise OffrlError("offrl export does not support diffuser (iterative denoising with a U-Net, not an MLP with policy_layers).")
-
-
-_PLAN = []
+    refuse_policy_layers("diffuser", "iterative denoising with a U-Net")
 
 
 def rollout_policy(agents, info, seeds: int, envs_per_seed: int):
     """``(policy, None)``: a fresh guided plan from every env's current state (receding horizon)."""
-    if not _PLAN:
-        _PLAN.append(jax.jit(jax.vmap(jax.vmap(plan, in_axes=(None, 0, 0)), in_axes=(0, 0, 0))))
-
-    def policy(agents, carry, obs, key):
-        keys = jax.random.split(key, len(obs)).reshape(seeds, -1, 2)
-        norm = info.normalize(obs) if agents.config.normalize_observations else np.asarray(obs, np.float32)
-        actions = np.asarray(_PLAN[0](agents, jnp.asarray(norm).reshape(seeds, -1, obs.shape[1]), keys))
-        return info.to_env_action(actions.reshape(len(obs), -1)), carry
-
-    return policy, None
+    return PlanningPolicy(plan, info, seeds), None

@@ -28,7 +28,6 @@ TT has no critic, so :func:`q_value` returns ``None``; ``offrl export`` does not
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -41,6 +40,7 @@ import optax
 from flax.training.train_state import TrainState
 
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, OneOf, POSITIVE_INT, REWARD_SCALING, Interval, param
+from offrl.algos.planning import PlanningPolicy, act_by_planning, refuse_policy_layers
 from offrl.errors import ConfigError
 from offrl.nets_seq import GPT
 
@@ -296,8 +296,7 @@ def plan(agent: Agent, observation: jax.Array, key: jax.Array) -> jax.Array:
 
 def act(agent: Agent, observations: jax.Array) -> jax.Array:
     """Planned actions for a batch of (agent-unit) observations (a fixed planning key)."""
-    keys = jax.random.split(jax.random.PRNGKey(0), observations.shape[0])
-    return jax.vmap(plan, in_axes=(None, 0, 0))(agent, observations, keys)
+    return act_by_planning(plan, agent, observations)
 
 
 def q_value(agent: Agent, observations: jax.Array, actions: jax.Array):
@@ -306,40 +305,9 @@ def q_value(agent: Agent, observations: jax.Array, actions: jax.Array):
 
 def policy_layers(agent: Agent):
     """Not supported: ``offrl export`` writes MLP policies only."""
-    from offrl.errors import OffrlError
-
-    raise OffrlError("offrl export does not support tt (beam-search planning with a GPT, not an MLP with policy_layers).")
-
-
-_PLAN = []
-
-
-class PlanningPolicy:
-    """A rollout-layer policy planning every action; ``planning_seconds`` lists the wall time
-    of each env step's planning call for all envs together (``seconds_per_action`` divides by them)."""
-
-    def __init__(self, info, seeds: int):
-        if not _PLAN:
-            _PLAN.append(jax.jit(jax.vmap(jax.vmap(plan, in_axes=(None, 0, 0)), in_axes=(0, 0, 0))))
-        self.info, self.seeds, self.planning_seconds, self.num_envs = info, seeds, [], 0
-
-    def __call__(self, agents, carry, obs, key):
-        info, S = self.info, self.seeds
-        obs_agent = obs if not agents.config.normalize_observations else info.normalize(obs)
-        keys = jax.random.split(key, len(obs)).reshape(S, -1, 2)
-        start = time.perf_counter()
-        actions = np.asarray(_PLAN[0](agents, jnp.asarray(obs_agent, jnp.float32).reshape(S, -1, obs.shape[1]), keys))
-        self.planning_seconds.append(time.perf_counter() - start)
-        self.num_envs = len(obs)
-        return info.to_env_action(actions.reshape(len(obs), -1)), carry
-
-    @property
-    def seconds_per_action(self) -> float:
-        """Mean planning wall time per action, excluding the first (compiling) call."""
-        times = self.planning_seconds[1:] or self.planning_seconds
-        return float(np.mean(times)) / max(self.num_envs, 1) if times else float("nan")
+    refuse_policy_layers("tt", "beam-search planning with a GPT")
 
 
 def rollout_policy(agents, info, seeds: int, envs_per_seed: int):
     """``(policy, None)``: beam-search planning from each env's current state."""
-    return PlanningPolicy(info, seeds), None
+    return PlanningPolicy(plan, info, seeds), None

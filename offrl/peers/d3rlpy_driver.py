@@ -129,6 +129,9 @@ def build_algo(name: str, cfg: dict, steps: int, reward_multiplier: float, low, 
 
 
 def evaluate(algo, env, episodes: int, seed: int) -> list[float]:
+    """Episode returns of d3rlpy's greedy policy. This driver runs in the peer's own Python,
+    which has no offrl, so it cannot use ``offrl.rollout`` and steps the env itself
+    (one episode per reset seed ``seed + i``, ending on terminated or truncated)."""
     returns = []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
