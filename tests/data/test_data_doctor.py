@@ -9,9 +9,9 @@ import pytest
 
 import offrl.data as offrl_data
 from offrl.data import Dataset
-from offrl.data.doctor import (action_autocorrelation, action_coverage, action_predictability, bimodality,
+from offrl.data.doctor import (action_autocorrelation, action_coverage, action_predictability, behaviour_shift, bimodality,
                                duplicate_transitions, inspect_dataset, recommend, render, return_order_fit,
-                               spearman, sparkline, state_coverage, write_report)
+                               kind_of_data, spearman, sparkline, state_coverage, write_report)
 from offrl.data.doctor.tier import KINDS_OF_TIER
 from pendulum_tiers import KIND_OF, pendulum_tier, rollout, uniform
 
@@ -282,3 +282,44 @@ def test_every_discrete_recommendation_names_the_discrete_family():
         assert rec["algorithm"] == expected
         assert not continuous & {rec["algorithm"], *rec["alternatives"]}
         assert not any(f" {c} " in f" {r} " or r.startswith(f"{c}'s") for r in rec["reasons"] for c in continuous), rec
+
+
+# ---------------------------------------------------------------------- behaviour shift
+def two_policy_file(same: bool, episodes: int = 40, steps: int = 50, seed: int = 0):
+    """Episodes of i.i.d. Gaussian states; actions tanh(W s) with one W for the first half of the
+    file and, unless ``same``, another for the second half. Equal rewards everywhere."""
+    rng = np.random.default_rng(seed)
+    w1, w2 = rng.normal(size=(2, 4, 2))
+    obs = rng.normal(size=(episodes * steps, 4))
+    first = np.repeat(np.arange(episodes), steps) < episodes // 2
+    act = np.where(first[:, None], np.tanh(obs @ w1), np.tanh(obs @ (w1 if same else w2)))
+    tout = np.zeros(episodes * steps, bool)
+    tout[steps - 1::steps] = True
+    n = episodes * steps
+    return Dataset.from_arrays(obs, act, np.ones(n), np.zeros(n, bool), tout, obs)
+
+
+def test_behaviour_shift_separates_one_policy_from_two_written_one_after_another():
+    one, two = behaviour_shift(two_policy_file(same=True)), behaviour_shift(two_policy_file(same=False))
+    assert abs(one["shift"]) < 0.03 and one["within"] > 0.6          # exchangeable halves
+    assert two["shift"] > 0.5 and two["cross"] < 0.3 < two["within"]  # the halves disagree
+    assert np.isclose(two["shift"], two["within"] - two["cross"])
+    assert np.isnan(behaviour_shift(two_policy_file(same=False, episodes=3))["shift"])   # too few episodes
+
+
+def test_a_behaviour_shift_alone_makes_a_mixture_and_one_policy_without_it():
+    flat = {"linear": 0.0, "step": 0.01, "step_p": 0.5}
+    steady = {"r2": 0.6, "trend": 0.0, "within": 0.6, "cross": 0.59, "shift": 0.01}
+    kind = kind_of_data(steady, 0.0, flat, {"bimodal": False}, 0.6)
+    assert kind["estimate"] == "one policy" and not any(e["signal"] == "behaviour shift" for e in kind["evidence"])
+    shifted = {**steady, "cross": 0.3, "shift": 0.3}
+    kind = kind_of_data(shifted, 0.0, flat, {"bimodal": False}, 0.6)
+    assert kind["estimate"] == "mixture of policies"
+    assert [e["signal"] for e in kind["support"]] == ["behaviour shift"]
+    assert "R^2 0.30 across the halves, 0.60 within them" in kind["support"][0]["reason"]
+    assert not any(e["signal"] == "no trend" for e in kind["evidence"])
+    ds = two_policy_file(same=False)
+    report = inspect_dataset(ds)     # per-episode R^2 also trends here, so the kind may read as a learner's
+    assert report["tier"]["kind"] in ("mixture of policies", "learning history")
+    assert report["action_predictability"]["shift"] > 0.5
+    assert any(e["signal"] == "behaviour shift" for e in report["tier"]["evidence"])

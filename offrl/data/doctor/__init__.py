@@ -27,13 +27,13 @@ import numpy as np
 from offrl.data.dataset import Dataset
 from offrl.data.doctor.render import render, sparkline, summary_markdown, tier_headline, write_report
 from offrl.data.doctor.stats import (_histogram, _stats, action_autocorrelation, action_coverage, action_histogram,
-                                     action_predictability,
+                                     action_predictability, behaviour_shift,
                                      bimodality, duplicate_transitions, return_order_fit, return_trend, spearman,
                                      state_coverage)
 from offrl.data.doctor.tier import KINDS, TIERS, estimate_tier, kind_of_data, level_of_data, recommend
 
 __all__ = ["inspect_dataset", "render", "write_report", "summary_markdown", "tier_headline", "sparkline",
-           "action_autocorrelation", "action_coverage", "action_histogram", "action_predictability", "bimodality", "duplicate_transitions",
+           "action_autocorrelation", "action_coverage", "action_histogram", "action_predictability", "behaviour_shift", "bimodality", "duplicate_transitions",
            "return_order_fit", "return_trend", "spearman", "state_coverage", "estimate_tier", "kind_of_data",
            "level_of_data", "recommend", "KINDS", "TIERS"]
 
@@ -71,7 +71,7 @@ def inspect_dataset(ds: Dataset, env_id: str | None = None, seed: int = 0) -> di
     coverage = action_coverage(ds)
     states = state_coverage(ds, seed=seed)
     autocorr = action_autocorrelation(ds)
-    predictability = action_predictability(ds, seed=seed)
+    predictability = {**action_predictability(ds, seed=seed), **behaviour_shift(ds, seed=seed)}
     trend = return_trend(returns)
     order_fit = return_order_fit(returns)
     modes = bimodality(scores if scores is not None else returns)
@@ -104,7 +104,7 @@ def inspect_dataset(ds: Dataset, env_id: str | None = None, seed: int = 0) -> di
         "action_coverage": coverage,
         "action_histogram": action_histogram(ds, env_id),
         "action_autocorrelation": None if not np.isfinite(autocorr) else autocorr,
-        "action_predictability": {"r2": predictability["r2"], "trend": predictability["trend"]},
+        "action_predictability": {k: predictability[k] for k in ("r2", "trend", "within", "cross", "shift")},
         "state_coverage": states,
         "duplicates": duplicates,
         "tier": tier,

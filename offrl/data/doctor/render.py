@@ -235,4 +235,7 @@ def _predictability_text(r: dict) -> str:
     text = "action predictability from states (held-out k-NN R^2): " + ("-" if r2 is None or r2 != r2 else f"{r2:.2f}")
     if trend is not None and trend == trend:
         text += f"; its trend along the file (Spearman): {trend:.2f}"
+    within, cross = p.get("within"), p.get("cross")
+    if within is not None and cross is not None and within == within and cross == cross:
+        text += f"; within the file's halves {within:.2f}, across them {cross:.2f}"
     return text

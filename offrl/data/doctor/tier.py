@@ -6,6 +6,7 @@ Two questions, answered from different evidence:
 :mod:`offrl.data.doctor.stats`:
 
 * ``predictability``: held-out k-NN ``R^2`` of actions from observations;
+* ``behaviour shift``: that ``R^2`` within each half of the file minus across its halves;
 * ``consistency trend``: Spearman's correlation of per-episode ``R^2`` with file position;
 * ``return trend``: Spearman's correlation of episode return with file position;
 * ``return shape along the file``: variance of the return ranks explained by a line
@@ -31,8 +32,12 @@ without any trend (0.16 at 40 episodes), hence the margins of the thresholds. Th
    (consistency trend ``>= 0.5``: a learner's entropy falls, even where its returns do not
    show it yet) and **mixture of policies** when it grows less consistent (``<= -0.5``); two
    return modes add support;
-3. **random actions** when the actions are unpredictable from the states (``R^2 < 0.15``);
-4. **one policy** otherwise. Two return modes alone do not make a mixture: one policy whose
+3. **mixture of policies** when the file's two halves predict each other's actions worse than
+   their own (behaviour shift ``>= 0.05``; one policy's halves stay within 0.031 on our MuJoCo and Pendulum
+   tiers): two policies written one after another whose returns are alike, which no return
+   signal can see (a Walker2d expert that scores like the medium when run stochastically);
+4. **random actions** when the actions are unpredictable from the states (``R^2 < 0.15``);
+5. **one policy** otherwise. Two return modes alone do not make a mixture: one policy whose
    return depends on the start state (Pendulum) has them too, so they count against one
    policy (lowering the confidence) without changing the kind; a shuffled mixture of two
    policies is reported as one policy with that caveat.
@@ -77,6 +82,7 @@ FLAT_ACTIONS_FROM = 0.9
 MIN_EPISODES_FOR_HIGH = 20
 STEP_FROM = 0.1
 STEP_P_BELOW = 0.005
+SHIFT_FROM = 0.05
 
 KINDS = ("random actions", "one policy", "mixture of policies", "learning history")
 TIERS = ("random", "medium", "medium-replay", "medium-expert", "expert")
@@ -98,6 +104,8 @@ def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, mod
     Returns ``{"estimate", "support", "against", "evidence": [{"signal", "value", "points_to", "reason"}]}``.
     """
     r2, consistency = predictability.get("r2"), predictability.get("trend")
+    shift = predictability.get("shift")
+    shifted = _finite(shift) and shift >= SHIFT_FROM
     linear, step = order_fit.get("linear"), order_fit.get("step")
     rising = _finite(return_trend) and return_trend >= RETURN_TREND_FROM
     gradual = rising and _finite(linear) and _finite(step) and linear >= GRADUAL_RATIO * step
@@ -153,6 +161,10 @@ def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, mod
         else:
             note("predictability", r2, "one policy",
                  f"actions depend on the states (held-out k-NN R^2 {r2:.2f})")
+    if shifted:
+        note("behaviour shift", shift, "mixture of policies",
+             f"the file's halves predict each other's actions worse than their own (held-out k-NN R^2 {predictability['cross']:.2f} "
+             f"across the halves, {predictability['within']:.2f} within them): the behaviour policy changes along the file")
     if _finite(action_autocorr):
         if action_autocorr < IID_AUTOCORR_BELOW:
             note("action autocorrelation", action_autocorr, "random actions",
@@ -163,7 +175,7 @@ def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, mod
     if _finite(action_entropy) and action_entropy >= FLAT_ACTIONS_FROM and unpredictable:
         note("action histogram", action_entropy, "random actions",
              f"every action dimension's histogram is nearly flat (entropy {action_entropy:.2f} of the maximum)")
-    if _finite(return_trend) and abs(return_trend) < RETURN_TREND_FROM and not (more_consistent or less_consistent or blocks):
+    if _finite(return_trend) and abs(return_trend) < RETURN_TREND_FROM and not (more_consistent or less_consistent or blocks or shifted):
         note("no trend", return_trend, "one policy",
              f"neither the returns (Spearman {return_trend:.2f}) nor the behaviour change along the file")
 
@@ -173,7 +185,7 @@ def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, mod
         kind = "mixture of policies"
     elif more_consistent:
         kind = "learning history"
-    elif less_consistent:
+    elif less_consistent or shifted:
         kind = "mixture of policies"
     elif unpredictable:
         kind = "random actions"
@@ -198,7 +210,7 @@ def _compatible(e: dict, kind: str) -> bool:
         return True   # a stochastic policy's consecutive actions can be uncorrelated
     if kind in ("learning history", "mixture of policies") and e["points_to"] == "one policy" and e["signal"] != "no trend":
         return True   # each policy in the file is predictable
-    if kind == "learning history" and e["signal"] == "return modes":
+    if kind == "learning history" and e["signal"] in ("return modes", "behaviour shift"):
         return True   # early and late returns can form two modes
     if kind == "learning history" and e["signal"] == "predictability":
         return True   # early random exploration makes the whole file hard to predict
