@@ -109,8 +109,13 @@ def plot(cells, path: Path) -> None:
     datasets = sorted({d for d, _ in cells})
     over = [(d, a) for (d, a) in sorted(cells) if a in ("td3", "cql")
             and all(e.get("eval/q_estimate") for e in cells[(d, a)]["evals"].values())]
-    fig, axes = plt.subplots(1, len(datasets) + len(over), figsize=(4.2 * (len(datasets) + len(over)), 3.6), squeeze=False)
-    axes = axes[0]
+    panels = len(datasets) + len(over)
+    ncols = min(4, panels)
+    nrows = -(-panels // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows), squeeze=False)
+    axes = axes.ravel()
+    for ax in axes[panels:]:
+        ax.set_visible(False)
     for ax, dataset in zip(axes, datasets):
         algos = sorted((a for d, a in cells if d == dataset), key=lambda a: cells[(dataset, a)]["last"]["eval/normalized_score"][0])
         means = [cells[(dataset, a)]["last"]["eval/normalized_score"][0] for a in algos]
