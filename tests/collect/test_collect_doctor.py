@@ -5,6 +5,7 @@ import pytest
 
 from offrl.collect.tiers import build_tier_dataset
 from offrl.data.doctor import inspect_dataset
+from offrl.data.doctor.tier import KINDS_OF_TIER
 
 KIND_OF = {"random": "random actions", "medium": "one policy", "medium-expert": "mixture of policies",
            "expert": "one policy"}
@@ -20,8 +21,9 @@ def test_collected_tiers_are_classified_by_kind(pendulum_zoo, tier):
 
 def test_a_replay_too_short_for_trends_is_low_confidence(pendulum_zoo):
     """2,000 SAC steps hold 10 episodes at most: too few for a trend along the file, so the doctor
-    cannot see the learning and says its estimate is weak."""
+    cannot see the learning and says its estimate is weak. The halves' behaviour shift can still see
+    that the policy changes: a mixture or a learning history, both kinds of medium-replay data."""
     ds = build_tier_dataset(pendulum_zoo, "medium-replay", size=4000, seed=0, env_id="Pendulum-v1", num_envs=4)
     tier = inspect_dataset(ds)["tier"]
     assert ds.num_episodes < 20 and tier["confidence"] == "low"
-    assert tier["agrees_with_metadata"] is False or tier["kind"] == "learning history"
+    assert tier["agrees_with_metadata"] is False or tier["kind"] in KINDS_OF_TIER["medium-replay"]
