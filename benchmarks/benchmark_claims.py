@@ -54,7 +54,7 @@ def load_cells(folders) -> dict[tuple[str, str], dict]:
         for path in sorted((Path(folder) / "cells").iterdir()):
             if not (path / "cell.json").exists():
                 continue
-            record = json.loads(path.read_text() if path.is_file() else (path / "cell.json").read_text())
+            record = json.loads((path / "cell.json").read_text())
             evals = evaluations(path / "metrics.jsonl")
             if not evals:
                 continue

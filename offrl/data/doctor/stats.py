@@ -242,6 +242,16 @@ def knn_predict(train_x, train_y, query_x, k: int = 10, chunk: int = 2048) -> np
     return out
 
 
+def _standardised(ds: Dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Observations and actions z-scored per dimension (float64), and each row's episode index."""
+    n = len(ds)
+    starts, ends = ds.episode_bounds()
+    obs = ds.observations.reshape(n, -1).astype(np.float64)
+    act = ds.actions.reshape(n, -1).astype(np.float64)
+    episode = np.repeat(np.arange(len(starts)), ends - starts)
+    return (obs - obs.mean(0)) / (obs.std(0) + 1e-8), (act - act.mean(0)) / (act.std(0) + 1e-8), episode
+
+
 def action_predictability(ds: Dataset, k: int = 10, max_train: int = 4000, per_episode: int = 40,
                           max_episodes: int = 200, seed: int = 0) -> dict:
     """Held-out ``R^2`` of predicting actions from observations with k-NN, overall and per episode.
@@ -261,11 +271,7 @@ def action_predictability(ds: Dataset, k: int = 10, max_train: int = 4000, per_e
     if num < 2 or n < 4 * k:
         return empty
     rng = np.random.default_rng(seed)
-    obs = ds.observations.reshape(n, -1).astype(np.float64)
-    obs = (obs - obs.mean(0)) / (obs.std(0) + 1e-8)
-    act = ds.actions.reshape(n, -1).astype(np.float64)
-    act = (act - act.mean(0)) / (act.std(0) + 1e-8)
-    episode = np.repeat(np.arange(num), ends - starts)
+    obs, act, episode = _standardised(ds)
     scored = np.unique(np.linspace(0, num - 1, min(num, max_episodes)).round().astype(int))
     sse, sst = np.zeros(num), np.zeros(num)
     for fold in (0, 1):
@@ -294,8 +300,9 @@ def behaviour_shift(ds: Dataset, k: int = 10, max_train: int = 4000, max_test: i
     :func:`action_predictability`), **within** each half (fit on its even episodes, score its odd
     ones; mean over the halves) and **across** them (fit on one half, score the other; mean of
     both directions). One policy's halves are exchangeable, so ``shift = within - cross`` stays
-    near zero (at most 0.015 on our 100k-transition MuJoCo tiers, 0.031 on the bundled 10k Pendulum expert); two policies written one after
-    another, or a learner, predict each other's actions worse (0.16-0.50 there), even when their
+    near zero (within 0.015 on our 100k-transition MuJoCo tiers, 0.031 on the bundled 10k Pendulum
+    expert); two policies written one after another, or a learner, predict each other's actions
+    worse (0.15-0.51 there), even when their
     returns are alike. Returns ``{"within", "cross", "shift"}`` (NaN below 4 episodes).
     """
     n = len(ds)
@@ -305,11 +312,7 @@ def behaviour_shift(ds: Dataset, k: int = 10, max_train: int = 4000, max_test: i
     if num < 4 or n < 4 * k:
         return nan
     rng = np.random.default_rng(seed)
-    obs = ds.observations.reshape(n, -1).astype(np.float64)
-    obs = (obs - obs.mean(0)) / (obs.std(0) + 1e-8)
-    act = ds.actions.reshape(n, -1).astype(np.float64)
-    act = (act - act.mean(0)) / (act.std(0) + 1e-8)
-    episode = np.repeat(np.arange(num), ends - starts)
+    obs, act, episode = _standardised(ds)
     second = episode >= num // 2
 
     def r2(train, test):

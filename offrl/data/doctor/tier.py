@@ -125,19 +125,17 @@ def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, mod
     exploring = blocks and more_consistent and unpredictable
     if more_consistent or less_consistent:
         direction = "more" if more_consistent else "less"
+        grows = f"actions grow {direction} predictable from the states along the file (Spearman {consistency:.2f}"
         if exploring:
-            note("consistency trend", consistency, "learning history",
-                 f"actions grow more predictable from the states along the file (Spearman {consistency:.2f} of per-episode R^2 with position) "
-                 f"although the file as a whole is hard to predict (R^2 {r2:.2f}): a learner leaving its early random exploration")
+            points_to, why = "learning history", (f" of per-episode R^2 with position) although the file as a whole is hard to predict "
+                                                  f"(R^2 {r2:.2f}): a learner leaving its early random exploration")
         elif blocks:
-            note("consistency trend", consistency, "mixture of policies",
-                 f"actions grow {direction} predictable from the states along the file (Spearman {consistency:.2f} of per-episode R^2 with position): the behaviour policy changes")
+            points_to, why = "mixture of policies", " of per-episode R^2 with position): the behaviour policy changes"
         elif more_consistent:
-            note("consistency trend", consistency, "learning history",
-                 f"actions grow more predictable from the states along the file (Spearman {consistency:.2f} of per-episode R^2 with position), as a learner's do")
+            points_to, why = "learning history", " of per-episode R^2 with position), as a learner's do"
         else:
-            note("consistency trend", consistency, "mixture of policies",
-                 f"actions grow less predictable from the states along the file (Spearman {consistency:.2f}): the behaviour policy changes")
+            points_to, why = "mixture of policies", "): the behaviour policy changes"
+        note("consistency trend", consistency, points_to, grows + why)
     if gradual:
         note("return trend", return_trend, "learning history",
              f"returns rise gradually along the file (Spearman {return_trend:.2f}; a line explains {100 * linear:.0f}% of the rank variance, one step {100 * step:.0f}%)")
@@ -145,12 +143,9 @@ def kind_of_data(predictability: dict, return_trend: float, order_fit: dict, mod
         direction = "rise" if order_fit.get("step_rises", True) else "fall"
         chance = f", p = {step_p:.3f} against random orders" if _finite(step_p) else ""
         where = f"one step at episode {order_fit.get('step_at')} explains {100 * step:.0f}% of the rank variance{chance}, a line {100 * linear:.0f}%"
-        if exploring:
-            note("return blocks", step, "learning history",
-                 f"returns {direction} along the file in a step ({where}) as the actions leave their random phase: exploration, then a policy")
-        else:
-            note("return blocks", step, "mixture of policies",
-                 f"returns {direction} along the file in blocks ({where}): datasets written one after another")
+        note("return blocks", step, "learning history" if exploring else "mixture of policies",
+             f"returns {direction} along the file in a step ({where}) as the actions leave their random phase: exploration, then a policy"
+             if exploring else f"returns {direction} along the file in blocks ({where}): datasets written one after another")
     if modes.get("bimodal"):
         note("return modes", modes.get("ashman_d"), "mixture of policies",
              f"returns have two modes ({100 * (1 - modes['low_fraction']):.0f}% of episodes in the upper one, Ashman's D {modes['ashman_d']:.1f})")
