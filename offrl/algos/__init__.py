@@ -39,4 +39,37 @@ def get_algorithm(name: str) -> ModuleType:
     return ALGORITHMS[key]
 
 
-__all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "get_algorithm"]
+def algorithm_spec(algorithm):
+    """The declared :class:`offrl.algos.contract.AlgorithmSpec` of ``algorithm`` (a name or module).
+
+    TRANSITIONAL (house issue): modules that do not declare ``SPEC`` yet get one built from their
+    old optional attributes; this shim goes once every module declares its spec.
+    """
+    from offrl.algos.contract import AlgorithmSpec, algorithm_spec as declared
+
+    module = get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
+    if hasattr(module, "SPEC"):
+        return declared(module)
+    name = module.__name__.split(".")[-1]
+    hooks = {h: getattr(module, h, None) for h in ("extra_arrays", "sample", "config_for_dataset", "rollout_policy",
+                                                   "explore", "export_arrays", "policy_layers")}
+    return AlgorithmSpec(name=name, action_space=getattr(module, "ACTION_SPACE", "continuous"),
+                         finetunable=name in ("cql", "cal_ql", "iql", "awac", "td3_bc", "td3"),
+                         return_conditioned=name == "dt",
+                         traced_fields=tuple(getattr(module.Config, "TRACEABLE", ())),
+                         online_extras=getattr(module, "episode_extras", None),
+                         online_extras_fill={"mc_returns": float("-inf")} if hasattr(module, "episode_extras") else {},
+                         **hooks)
+
+
+def algorithm_names(*, finetunable: bool | None = None, action_space: str | None = None) -> tuple[str, ...]:
+    """Registered names, optionally only those whose spec is (not) ``finetunable`` or has ``action_space``."""
+    names = ALGORITHM_NAMES
+    if finetunable is not None:
+        names = tuple(n for n in names if algorithm_spec(n).finetunable == finetunable)
+    if action_space is not None:
+        names = tuple(n for n in names if algorithm_spec(n).action_space == action_space)
+    return names
+
+
+__all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "algorithm_names", "algorithm_spec", "get_algorithm"]
