@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from offrl.collect.tiers import TIERS, build_tier_dataset, dataset_name, save_tier_dataset, select_snapshots
-from offrl.collect.zoo import load_policy, load_zoo_index
+from offrl.collect.zoo import load_policy, load_zoo_index, read_replay
 from offrl.errors import ConfigError
 
 
@@ -28,7 +28,15 @@ def test_tier_builds_with_sizes_metadata_and_matching_log_probs(pendulum_zoo, ti
     index = load_zoo_index(pendulum_zoo)
     chosen = select_snapshots(index)
     if tier == "medium-replay":
-        assert len(ds) == min(size, chosen["medium"]["step"]) or len(ds) <= size
+        # whole episodes of the replay before the medium snapshot, as many as fit in `size` rows
+        replay = read_replay(pendulum_zoo, stop=chosen["medium"]["step"])
+        ends = np.flatnonzero(replay["terminals"] | replay["timeouts"]) + 1
+        ends = ends if len(ends) and ends[-1] == len(replay["rewards"]) else np.append(ends, len(replay["rewards"]))
+        replay_episodes = np.split(replay["rewards"], ends[:-1])
+        assert len(replay["rewards"]) == chosen["medium"]["step"] > size
+        assert size - max(map(len, replay_episodes)) < len(ds) <= size
+        for episode in np.split(ds.rewards, ds.episode_bounds()[1][:-1]):
+            assert any(np.array_equal(episode, r) for r in replay_episodes)
         assert meta["replay_stop_step"] == chosen["medium"]["step"]
     else:
         assert len(ds) == size
