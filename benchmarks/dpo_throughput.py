@@ -69,7 +69,8 @@ def build(args, workdir: str) -> tuple[str, str]:
 
 
 def run_offrl(args, model_dir: str, pairs: str, out: str) -> dict:
-    from offrl.prefs.train import PreferenceConfig, train_preferences
+    from offrl.prefs.config import PreferenceConfig
+    from offrl.prefs.preference import train_preferences
 
     total = args.warmup + args.steps
     cfg = PreferenceConfig(loss="dpo", beta=args.beta, steps=total, batch_size=args.batch_size, lr=args.lr,

@@ -41,7 +41,8 @@ def tiny_task(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_sft(tiny_task, tmp_path_factory):
     """The tiny model after a short SFT on the noisy demonstrations (the reference policy)."""
-    from offrl.prefs.train import SFTConfig, train_sft
+    from offrl.prefs.config import SFTConfig
+    from offrl.prefs.sft import train_sft
 
     out = tmp_path_factory.mktemp("sft")
     cfg = SFTConfig(steps=150, batch_size=32, lr=5e-3, warmup_steps=10, log_every=50, max_length=24, eval_fraction=0.1)
