@@ -52,7 +52,7 @@ ONLINE_METHODS = ("ppo", "grpo", "iterate")
 
 @dataclass(frozen=True)
 class FrontierConfig:
-    """The experiment's knobs (defaults sized for ~15 minutes on 2 shared CPU cores).
+    """The experiment's knobs (defaults sized for a few CPU cores: 2-layer models, hundreds of steps).
 
     methods / betas: the sweep (``betas`` maps method -> values; missing methods use DEFAULT_BETAS).
     sft: SFT options. preference: options shared by every DPO/IPO/KTO run (loss and beta are set

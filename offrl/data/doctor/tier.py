@@ -27,14 +27,14 @@ without any trend (0.16 at 40 episodes), hence the margins of the thresholds. Th
    file whose actions are unpredictable as a whole (``R^2 < 0.15``) but grow more consistent
    along it (consistency trend ``>= 0.5``) are a **learning history** that leaves its random
    exploration in a jump (a learner that stalls after it, or a short history; mixtures of
-   trained policies are predictable: ``R^2`` 0.4-0.85 on our MuJoCo tiers);
+   trained policies are predictable, far above the threshold);
 2. otherwise, **learning history** when the behaviour grows more consistent along the file
    (consistency trend ``>= 0.5``: a learner's entropy falls, even where its returns do not
    show it yet) and **mixture of policies** when it grows less consistent (``<= -0.5``); two
    return modes add support;
 3. **mixture of policies** when the file's two halves predict each other's actions worse than
-   their own (behaviour shift ``>= 0.05``; one policy's halves stay within 0.031 on our MuJoCo and Pendulum
-   tiers): two policies written one after another whose returns are alike, which no return
+   their own (behaviour shift ``>= 0.05``, above the sampling noise of one policy's exchangeable
+   halves): two policies written one after another whose returns are alike, which no return
    signal can see (a Walker2d expert that scores like the medium when run stochastically);
 4. **random actions** when the actions are unpredictable from the states (``R^2 < 0.15``);
 5. **one policy** otherwise. Two return modes alone do not make a mixture: one policy whose
