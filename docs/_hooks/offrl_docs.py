@@ -1,15 +1,22 @@
-"""mkdocs hook: fill ``<!-- offrl-cli-reference -->`` with the ``--help`` of every ``offrl`` command.
+"""mkdocs hooks that generate reference pages from the code, so they cannot drift from it.
 
-The text comes from the parser ``offrl`` itself builds (:func:`offrl.cli.build_parser`), so the
-reference cannot drift from the flags; building the parser imports neither JAX nor torch.
+* ``<!-- offrl-cli-reference -->`` becomes the ``--help`` of every ``offrl`` command, from the
+  parser ``offrl`` itself builds (:func:`offrl.cli.build_parser`; it imports neither JAX nor torch).
+* ``<!-- offrl-api-modules: PACKAGE -->`` becomes one mkdocstrings ``::: PACKAGE.module`` block per
+  module file of that package not already on the page, so a new module (an algorithm, an
+  estimator, a trainer) appears in the API reference without editing it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+from pathlib import Path
 
 MARKER = "<!-- offrl-cli-reference -->"
+API_MARKER = re.compile(r"<!-- offrl-api-modules: ([\w.]+) -->")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -37,7 +44,14 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
+def api_modules(package: str, listed: set[str]) -> str:
+    folder = ROOT.joinpath(*package.split("."))
+    names = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+    return "\n\n".join(f"::: {package}.{name}" for name in names if f"{package}.{name}" not in listed)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, cli_reference())
-    return markdown
+    listed = set(re.findall(r"^::: ([\w.]+)", markdown, re.M))
+    return API_MARKER.sub(lambda m: api_modules(m.group(1), listed), markdown)
