@@ -60,7 +60,7 @@ class FQEConfig:
     target_update_period: int = 0               # ... or, when > 0, a hard copy every this many steps (d3rlpy: 100)
     batch_size: int = 256
     num_actions: int | None = None              # discrete: the critic outputs one Q per action
-    next_action_samples: int = 4                # continuous: draws a' ~ pi(.|s') averaged in each backup
+    next_action_samples: int = 2                # continuous: draws a' ~ pi(.|s') averaged in each backup (one antithetic pair)
     value_samples: int = 16                     # continuous: draws a ~ pi(.|s) averaged in V(s)
     seed: int = 0
 
@@ -188,8 +188,11 @@ def create(config: FQEConfig, data: FQEData, seeds: int = 1) -> FQEAgent:
         state = TrainState.create(apply_fn=module.apply, params=params, tx=optax.adam(config.learning_rate))
         return FQEAgent(state, params, jnp.zeros((), jnp.int32), config)
 
-    per_seed = jax.vmap(one)(jnp.arange(seeds) + config.seed)
-    return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (policies, *x.shape)), per_seed)
+    def build(seed_ids):                # one compiled call, not one dispatch per initialiser op
+        per_seed = jax.vmap(one)(seed_ids)
+        return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (policies, *x.shape)), per_seed)
+
+    return jax.jit(build)(jnp.arange(seeds) + config.seed)
 
 
 def update(agent: FQEAgent, data: FQEData, next_policy, seed_key: jax.Array) -> tuple[FQEAgent, dict]:
@@ -261,25 +264,41 @@ def _values(agents: FQEAgent, obs, policy, discrete_or_taken: bool, key=None, lo
     return jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(0, 0))(agents, policy)
 
 
+def _padded(x, axis: int, length: int):
+    """``x`` with its last row along ``axis`` repeated up to ``length`` rows (one compiled shape per call)."""
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, length - x.shape[axis])
+    return jnp.pad(x, pad, mode="edge")
+
+
+def _batches(n: int, batch_size: int) -> tuple[int, int]:
+    """``(batch, padded length)``: every batch has the same size, so ``_values`` compiles once."""
+    batch = max(1, min(batch_size, n))
+    return batch, -(-n // batch) * batch
+
+
 def q_values(agents: FQEAgent, data: FQEData, observations, actions, batch_size: int = 65536) -> np.ndarray:
     """``Q(s_i, a_i)`` of the logged actions: ``(P, S, N)``."""
-    obs = data.normalize(observations)
-    act = jnp.asarray(actions, jnp.float32)
+    n = len(observations)
+    batch, length = _batches(n, batch_size)
+    obs = _padded(data.normalize(observations), 0, length)
+    act = _padded(jnp.asarray(actions, jnp.float32), 0, length)
     policies = agents.step.shape[0]
-    parts = [np.asarray(_values(agents, obs[i:i + batch_size],
-                                jnp.broadcast_to(act[i:i + batch_size], (policies, *act[i:i + batch_size].shape)), True))
-             for i in range(0, obs.shape[0], batch_size)]
-    return np.concatenate(parts, axis=-1)
+    parts = [np.asarray(_values(agents, obs[i:i + batch], jnp.broadcast_to(act[i:i + batch], (policies, *act[i:i + batch].shape)), True))
+             for i in range(0, length, batch)]
+    return np.concatenate(parts, axis=-1)[..., :n]
 
 
 def state_values(agents: FQEAgent, data: FQEData, observations, policy, batch_size: int = 4096, seed: int = 0) -> np.ndarray:
     """``V(s_i) = E_{a~pi(.|s_i)} Q(s_i, a)``: ``(P, S, N)``; ``policy`` is ``pi(.|s_i)`` with leading
     axes ``(P, N)``, as ``next_policy`` in :class:`FQEData`. A :class:`GaussianTarget` is averaged
-    over ``value_samples`` draws (key ``seed``, folded with the batch index)."""
-    obs = data.normalize(observations)
-    policy = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), policy)
+    over ``value_samples`` draws (key ``seed``, folded with the batch's first row)."""
+    n = len(observations)
+    batch, length = _batches(n, batch_size)
+    obs = _padded(data.normalize(observations), 0, length)
+    policy = jax.tree_util.tree_map(lambda x: _padded(jnp.asarray(x, jnp.float32), 1, length), policy)
     key = jax.random.PRNGKey(seed)
-    parts = [np.asarray(_values(agents, obs[i:i + batch_size], jax.tree_util.tree_map(lambda x: x[:, i:i + batch_size], policy),
+    parts = [np.asarray(_values(agents, obs[i:i + batch], jax.tree_util.tree_map(lambda x: x[:, i:i + batch], policy),
                                 False, jax.random.fold_in(key, i), data.action_low, data.action_high))
-             for i in range(0, obs.shape[0], batch_size)]
-    return np.concatenate(parts, axis=-1)
+             for i in range(0, length, batch)]
+    return np.concatenate(parts, axis=-1)[..., :n]
