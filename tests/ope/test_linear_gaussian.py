@@ -208,7 +208,9 @@ def test_drs_interval_covers_the_truth_at_the_nominal_rate(ci):
 def test_fqe_and_dr_end_to_end_estimate_the_smoothed_policy():
     """``evaluate_policies`` with the JAX FQE on this system: a deterministic policy ``a = KT s``
     evaluated with ``target_std`` 0.04 on the box [-10, 10] (sigma = 0.4 = ST), so the truncation is
-    below 1e-60 and the closed form holds; discount 0.8, 200 logged episodes of 30 steps."""
+    below 1e-60 and the closed form holds; discount 0.8, 200 logged episodes of 30 steps. FQE's
+    ``V(s_0)`` must land within 5% of the smoothed policy's value, which is 20% away from the
+    deterministic policy's (what FQE fitted for the mean action estimated)."""
     from offrl.data.dataset import Dataset
     from offrl.ope.evaluate import OPEConfig, evaluate_policies
     from offrl.ope.fqe import FQEConfig
@@ -231,6 +233,6 @@ def test_fqe_and_dr_end_to_end_estimate_the_smoothed_policy():
     tolerance = 0.05 * abs(truth_infinite)
     assert abs(truth_infinite - infinite_value(KT, 0.0, gamma)) > 3 * tolerance   # the deterministic value would fail
     assert abs(results["fqe"].estimate - truth_infinite) < tolerance, results["fqe"].estimate
-    for name in ("dr", "wdr", "wpdis"):
-        assert abs(results[name].estimate - truth_horizon) < tolerance, (name, results[name].estimate)
-    assert results["dr"].ci_low <= truth_horizon <= results["dr"].ci_high
+    assert abs(results["dr"].estimate - truth_horizon) < tolerance, results["dr"].estimate
+    for name in ("dr", "wdr", "wpdis"):                              # one dataset: its intervals hold the truth
+        assert results[name].ci_low <= truth_horizon <= results[name].ci_high, (name, results[name].ci)
