@@ -131,7 +131,9 @@ def truncated_gaussian_quantile(u, mean, std, low, high) -> jax.Array:
 
 
 def sample_actions(key, target: GaussianTarget, low, high, num: int) -> jax.Array:
-    """``num`` draws from each row's truncated Gaussian, ``(num, B, d)``, in antithetic pairs."""
+    """``num`` draws from each row's truncated Gaussian, ``(num, B, d)``, in antithetic pairs
+    (quantiles ``u`` and ``1 - u``, ``u`` uniform on ``(1e-6, 1 - 1e-6)``: each draw has the
+    policy's law cut at 4.75 standard deviations, and a pair cancels ``Q``'s linear term in ``a``)."""
     eps = 1e-6
     u = jax.random.uniform(key, ((num + 1) // 2, *target.mean.shape), minval=eps, maxval=1 - eps)
     u = jnp.concatenate([u, 1.0 - u])[:num]

@@ -82,8 +82,9 @@ def truncated_gaussian_quantile(u, mean, std, low, high) -> np.ndarray:
 
 @dataclass
 class GaussianPolicy:
-    """A continuous policy: ``mean_fn(obs) -> env-unit actions (B, d)``; ``std_fn(obs)``
-    (env units) for a stochastic policy, else ``std`` in normalised units around the mean."""
+    """A continuous target policy: ``mean_fn(obs) -> env-unit actions (B, d)``; ``std_fn(obs)``
+    (env units) for a stochastic policy, else ``std`` in normalised units around the mean; either
+    way the truncated Gaussian of the module docstring."""
 
     mean_fn: Callable[[np.ndarray], np.ndarray]
     action_low: np.ndarray
