@@ -5,7 +5,9 @@ with a 1000-resample bootstrap interval) on 1M synthetic transitions (1000 episo
 steps), timed one by one; (b) FQE updates/s of ``offrl.ope.fqe`` against ``d3rlpy.ope.FQE`` on
 the same 100k HalfCheetah-shaped transitions (obs 17, action 6) with the same settings:
 256 x 256 critic, one critic, batch 256, Adam 1e-4, a hard target copy every 100 steps, the
-target policy a 256 x 256 deterministic MLP. d3rlpy calls the policy on every minibatch's
+target policy a 256 x 256 deterministic MLP with the deterministic backup ``Q(s', pi(s'))`` on
+both sides (d3rlpy's rule; ``offrl ope`` itself backs up the Gaussian-smoothed policy with
+``next_action_samples`` draws per row, see ``offrl/ope/fqe.py``). d3rlpy calls the policy on every minibatch's
 next observations; offrl computes ``pi(s')`` once for the dataset (timed, and added to its
 total), then runs jitted ``lax.scan`` chunks. Rounds alternate between the two sides so
 background load hits both alike; medians are reported. offrl is also timed evaluating ten
@@ -15,7 +17,9 @@ policies at once (``vmap``), reported as policy-updates/s.
 ``hopper-medium-20k-v0`` tier (made by ``offrl collect``; it logs the behaviour policy's
 ``action_log_probs``) at several step counts (each exported after training to that step,
 then resumed). Every estimator evaluates every candidate on that dataset; each candidate is then
-rolled out in Hopper-v5 for the true discounted return, and the table reports each estimator's
+rolled out in Hopper-v5 for the true discounted return of the same target policy the
+estimators estimate (the Gaussian of ``--target-std`` around its action, truncated to the
+action box), and the table reports each estimator's
 absolute and relative error, Spearman rank correlation and regret@1.
 
 Run::

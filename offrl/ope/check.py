@@ -1,7 +1,10 @@
-"""Ground truth for ``--check``: roll each policy's deterministic action in its environment.
+"""Ground truth for ``--check``: roll each target policy out in its environment.
 
 The value an estimator targets is the expected discounted return ``E[sum_t gamma^t r_t]`` from
-the environment's start distribution, in raw reward units; :func:`true_values` estimates it by
+the environment's start distribution, in raw reward units, of the target policy ``pi`` the
+estimators share: for a continuous policy the Gaussian around its action truncated to the action
+box (``policy.sample``; :mod:`offrl.ope.policies`), not its deterministic action, so that the
+estimates and the truth answer one question. :func:`true_values` estimates it by
 Monte Carlo over ``episodes`` episodes (episode ``k`` reset with ``seed + k``), and also
 returns the undiscounted return. (This small loop steps the envs for OPE only; it should call
 the shared rollout layer once that exists.)
@@ -15,8 +18,8 @@ from offrl.errors import OffrlError
 
 
 def rollout_returns(policy, env_id: str, episodes: int, discount: float, seed: int = 20_000) -> dict[str, np.ndarray]:
-    """``{"return", "discounted_return", "length"}`` per episode for ``policy.mean`` (env units),
-    ``episodes`` envs at once through :mod:`offrl.rollout`."""
+    """``{"return", "discounted_return", "length"}`` per episode for actions drawn from
+    ``policy.sample`` (env units, inside the box), ``episodes`` envs at once through :mod:`offrl.rollout`."""
     import jax
 
     from offrl.rollout import VectorEnv, run_episodes
@@ -27,8 +30,10 @@ def rollout_returns(policy, env_id: str, episodes: int, discount: float, seed: i
             raise OffrlError(f"policy '{policy.name}' outputs {policy.action_dim}-dimensional actions but {env_id} takes "
                              f"{env.action_dim}; pass --env for the policy's own environment.")
 
+        rng = np.random.default_rng(seed)
+
         def act(params, carry, obs, key):
-            return np.clip(policy.mean(obs), env.action_low, env.action_high), carry
+            return np.clip(policy.sample(obs, rng), env.action_low, env.action_high), carry
 
         out = run_episodes(env, act, None, [seed + k for k in range(episodes)], jax.random.PRNGKey(seed))
     finally:

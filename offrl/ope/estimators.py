@@ -1,5 +1,13 @@
 """Trajectory off-policy estimators of a target policy's value from logged episodes.
 
+Each estimator estimates ``J(pi_e) = E_{pi_e}[sum_t gamma^t r_t]`` of one target policy
+``pi_e``, and its parts must describe that same policy: ``rho`` uses its density, ``Q`` must be
+fitted for it (FQE's backup averages over ``a' ~ pi_e(.|s')``) and ``V(s) = E_{a~pi_e} Q(s, a)``
+is its expectation, not ``Q`` at one action. For a deterministic continuous policy
+``pi_e`` is the Gaussian around its action truncated to the action box
+(:mod:`offrl.ope.policies`); a truly deterministic one (``std = 0``) gives every logged action
+density 0, so IS, DR and WDR are undefined for it and a positive std is required.
+
 Notation: episode ``i`` has steps ``t = 0..T_i-1`` with reward ``r_it``, per-step ratio
 ``rho_it = pi_e(a_it|s_it) / pi_b(a_it|s_it)`` and cumulative weight
 ``w_it = prod_{k<=t} rho_ik`` (``w_i,-1 = 1``); ``G_i = sum_t gamma^t r_it``. Episodes are
@@ -13,9 +21,13 @@ episode keeps its final weight and adds nothing (the usual absorbing-state conve
 * clipped IS: IS with every per-step ratio clipped, ``min(rho_it, c)``; biased down for
   non-negative rewards, with variance bounded by ``c^{2T}`` instead of unbounded.
 * DR (Jiang & Li 2016): ``mean_i sum_t gamma^t [w_it (r_it - Q(s_it, a_it)) + w_i,t-1 V(s_it)]``
-  with ``V(s) = E_{a~pi_e} Q(s, a)``; unbiased for any ``Q``, lower variance when ``Q`` is good.
+  with ``V(s) = E_{a~pi_e} Q(s, a)``; unbiased for any ``Q`` (with ``Q`` fixed independently of
+  the weights' randomness, e.g. fitted on other data or exact): the control variate
+  ``w_i,t-1 V(s_it) - w_it Q(s_it, a_it)`` has mean 0 because ``E_b[rho_t Q(s_t, a_t) | s_t] = V(s_t)``.
+  A ``Q`` time-varying in ``t`` is allowed (``q_taken`` and ``v`` are per step). An unbiased
+  Monte-Carlo ``V`` (the mean of ``Q(s, a_k)`` over ``a_k ~ pi_e``) keeps DR unbiased.
 * WDR (Thomas & Brunskill 2016): DR with ``w_it`` replaced by ``w_it / sum_j w_jt``, summed.
-* DM, the direct method: ``mean_i V(s_i0)`` (with ``Q`` from FQE).
+* DM, the direct method: ``mean_i V(s_i0)`` (with ``Q`` from FQE); as good as ``Q``.
 
 Every estimator is a ratio of sums over episodes, ``sum_k (sum_i A_ik) / (sum_i D_ik)``
 (``D = 1`` for the plain ones), so a bootstrap replicate is one matrix product of resampling
@@ -284,8 +296,3 @@ def estimate(episodes: Episodes, name: str, ci: str = "bootstrap", confidence: f
     return OPEResult(name, value, low, high, ci, confidence, ess, share, episodes.num_episodes,
                      episodes.estimated_behavior and name != "dm", clipped, clip if clipped else None)
 
-
-def estimate_all(episodes: Episodes, names=ESTIMATORS, **kwargs) -> dict[str, OPEResult]:
-    """:func:`estimate` for every name in ``names`` (the Q-based ones only when ``episodes`` has a Q)."""
-    has_q = episodes.q_taken is not None and episodes.v is not None
-    return {name: estimate(episodes, name, **kwargs) for name in names if has_q or name not in NEEDS_Q}

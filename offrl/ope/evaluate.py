@@ -6,6 +6,14 @@ log-probabilities are the logged ones or a behaviour-cloning estimate
 (:mod:`offrl.ope.behavior`); FQE (:mod:`offrl.ope.fqe`) trains once for all policies and its
 Q serves the direct method (reported as ``fqe``) and DR / WDR.
 
+Every estimator estimates the same target policy ``pi``: for a continuous policy the
+Gaussian ``N(mu(s), sigma^2)`` truncated to the action box (``sigma = target_std`` in ``[-1, 1]``
+action units for a deterministic policy; :mod:`offrl.ope.policies`), whose density forms the
+importance weights, whose samples form FQE's backups, and whose expectation
+``V(s) = E_{a~pi(.|s)} Q(s, a)`` is the direct method's value and DR's control variate. So
+DR is unbiased for ``J(pi)`` whatever the fitted ``Q``, and every row of a report answers the
+same question. ``--check`` rolls out the same ``pi``.
+
 Example::
 
     policies = [load_policy("runs/iql"), load_policy("runs/td3_bc")]
@@ -121,8 +129,9 @@ def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progre
 
 
 def fit_q(policies, dataset, config: OPEConfig, discrete: bool) -> tuple[np.ndarray, np.ndarray]:
-    """FQE for all policies at once; returns ``Q(s_i, a_i)`` and ``V(s_i)``, each ``(P, N)``
-    averaged over FQE seeds."""
+    """FQE for all policies at once; returns ``Q(s_i, a_i)`` and ``V(s_i) = E_{a~pi(.|s_i)} Q(s_i, a)``,
+    each ``(P, N)`` averaged over FQE seeds, for the same target policy ``pi`` whose density
+    the importance weights use (the truncated Gaussian of :mod:`offrl.ope.policies`)."""
     from dataclasses import replace
 
     from offrl.ope import fqe
@@ -131,11 +140,20 @@ def fit_q(policies, dataset, config: OPEConfig, discrete: bool) -> tuple[np.ndar
         next_policy = np.stack([p.probabilities(dataset.next_observations) for p in policies])
         now_policy = np.stack([p.probabilities(dataset.observations) for p in policies])
         fqe_config = replace(config.fqe, discount=config.discount, num_actions=int(next_policy.shape[-1]))
+        low = high = None
     else:
-        next_policy = np.stack([p.mean(dataset.next_observations) for p in policies])
-        now_policy = np.stack([p.mean(dataset.observations) for p in policies])
+        def target(observations):
+            mean, std = zip(*(p.distribution(observations) for p in policies))
+            return fqe.GaussianTarget(np.stack(mean), np.stack(std))
+
+        next_policy, now_policy = target(dataset.next_observations), target(dataset.observations)
+        low, high = policies[0].action_low, policies[0].action_high
+        for p in policies[1:]:
+            if not (np.array_equal(p.action_low, low) and np.array_equal(p.action_high, high)):
+                raise OffrlError(f"policies '{policies[0].name}' and '{p.name}' have different action bounds; "
+                                 "evaluate policies of one environment together.")
         fqe_config = replace(config.fqe, discount=config.discount, num_actions=None)
-    data = fqe.fqe_data(dataset, next_policy)
+    data = fqe.fqe_data(dataset, next_policy, low, high)
     agents = fqe.create(fqe_config, data, seeds=config.fqe_seeds)
     agents, metrics = fqe.train(agents, data, config.fqe_steps)
     if not np.isfinite(metrics["fqe/loss"]).all():

@@ -2,24 +2,36 @@
 
 FQE regresses ``Q_theta`` onto the target policy's Bellman backup on logged transitions::
 
-    y_i = r_i + gamma * m_i * Qbar(s'_i, pi(s'_i))          (m_i = 0 at a true terminal)
+    y_i = r_i + gamma * m_i * E_{a'~pi(.|s'_i)} Qbar(s'_i, a')      (m_i = 0 at a true terminal)
     L(theta) = mean_i (Q_theta(s_i, a_i) - y_i)^2
 
 with ``Qbar`` a Polyak-averaged target network (``tau``), or a copy of ``Q_theta`` refreshed
-every ``target_update_period`` steps (the paper's iterations of fitted regression). For a discrete policy the network
-outputs one value per action and the backup is ``sum_a' pi(a'|s') Qbar(s', a')``. The policy
-enters only through ``pi(s')`` (or ``pi(.|s')``), computed once for the whole dataset before
+every ``target_update_period`` steps (the paper's iterations of fitted regression).
+
+* Continuous: ``pi(.|s')`` is the Gaussian ``N(mu(s'), sigma(s')^2)`` truncated to the action
+  box (:class:`GaussianTarget`; :mod:`offrl.ope.policies` defines it and the importance weights
+  use the same density), and the expectation is the mean over ``next_action_samples`` draws
+  ``a'_k``, redrawn at every step (antithetic pairs of quantiles ``u, 1 - u``). The sampled
+  target is an unbiased estimate of the backup, so the regression has the same fixed point as
+  the exact expectation. ``sigma = 0`` (a plain array of actions) is the deterministic backup
+  ``Qbar(s', mu(s'))``.
+* Discrete: the network outputs one value per action and the backup is
+  ``sum_a' pi(a'|s') Qbar(s', a')``.
+
+The policy enters only through ``pi(.|s')``, computed once for the whole dataset before
 training, so one jitted ``lax.scan`` chunk updates ``P`` policies x ``S`` seeds at once
-(``vmap`` over both) with the dataset on the device. The value estimate is the direct method
-``J = mean_i Q(s_i0, pi(s_i0))`` over the data's episode start states. A deterministic policy
-is evaluated at its action (not the Gaussian used for importance weights).
+(``vmap`` over both) with the dataset on the device. :func:`state_values` returns
+``V(s) = E_{a~pi(.|s)} Q(s, a)`` the same way (the mean over ``value_samples`` draws, from a
+fixed key); the direct method is ``J = mean_i V(s_i0)`` over the data's episode start states,
+and DR's control variate uses the same ``V``.
 
 Example::
 
-    data = fqe_data(ds, next_actions=policy.mean(ds.next_observations)[None])
+    mean, std = policy.distribution(ds.next_observations)
+    data = fqe_data(ds, GaussianTarget(mean[None], std[None]), policy.action_low, policy.action_high)
     agents = create(FQEConfig(), data, seeds=2)
-    agents = train(agents, data, num_steps=20_000)
-    q = q_values(agents, data.normalize(ds.observations), ds.actions)     # (P, S, N)
+    agents, metrics = train(agents, data, num_steps=20_000)
+    q = q_values(agents, data, ds.observations, ds.actions)               # (P, S, N)
 """
 
 from __future__ import annotations
@@ -48,21 +60,34 @@ class FQEConfig:
     target_update_period: int = 0               # ... or, when > 0, a hard copy every this many steps (d3rlpy: 100)
     batch_size: int = 256
     num_actions: int | None = None              # discrete: the critic outputs one Q per action
+    next_action_samples: int = 2                # continuous: draws a' ~ pi(.|s') averaged in each backup (one antithetic pair)
+    value_samples: int = 16                     # continuous: draws a ~ pi(.|s) averaged in V(s)
     seed: int = 0
 
 
+class GaussianTarget(NamedTuple):
+    """A continuous target policy's ``pi(.|s_i)`` per row: the truncated Gaussian with
+    ``mean`` and ``std`` in env units, ``(..., N, d)`` each (see :mod:`offrl.ope.policies`)."""
+
+    mean: jax.Array
+    std: jax.Array
+
+
 class FQEData(NamedTuple):
-    """Device arrays: shared transitions, and per-policy ``next_policy`` of shape ``(P, N, ...)``:
-    actions ``(P, N, d)`` for continuous policies, probabilities ``(P, N, A)`` for discrete."""
+    """Device arrays: shared transitions, and per-policy ``next_policy = pi(.|s'_i)`` with
+    leading axes ``(P, N)``: a :class:`GaussianTarget` (continuous), deterministic actions
+    ``(P, N, d)`` (continuous, ``sigma = 0``) or probabilities ``(P, N, A)`` (discrete)."""
 
     observations: jax.Array
     actions: jax.Array
     rewards: jax.Array
     next_observations: jax.Array
     masks: jax.Array
-    next_policy: jax.Array
+    next_policy: jax.Array | GaussianTarget
     obs_mean: jax.Array
     obs_std: jax.Array
+    action_low: jax.Array
+    action_high: jax.Array
 
     def normalize(self, obs):
         return (jnp.asarray(obs, jnp.float32) - self.obs_mean) / self.obs_std
@@ -75,15 +100,44 @@ class FQEAgent(struct.PyTreeNode):
     config: FQEConfig = struct.field(pytree_node=False)
 
 
-def fqe_data(dataset, next_policy: np.ndarray) -> FQEData:
+def fqe_data(dataset, next_policy, action_low=None, action_high=None) -> FQEData:
     """Put ``dataset`` on the device with observations standardised; ``next_policy`` as in
-    :class:`FQEData` (``pi(s'_i)`` or ``pi(.|s'_i)`` for each of ``P`` policies)."""
+    :class:`FQEData` for each of ``P`` policies; the action box ``[action_low, action_high]``
+    (default unbounded) truncates a :class:`GaussianTarget`."""
     obs = np.asarray(dataset.observations, np.float32)
     mean, std = obs.mean(0), obs.std(0) + 1e-3
     norm = lambda x: jnp.asarray((np.asarray(x, np.float32) - mean) / std)  # noqa: E731
+    dim = int(np.asarray(dataset.actions).reshape(len(obs), -1).shape[1])
+    box = lambda b, inf: jnp.full((dim,), inf, jnp.float32) if b is None else jnp.asarray(np.broadcast_to(b, (dim,)), jnp.float32)  # noqa: E731
+    policy = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), next_policy)
     return FQEData(norm(obs), jnp.asarray(dataset.actions, jnp.float32), jnp.asarray(dataset.rewards, jnp.float32),
                    norm(dataset.next_observations), jnp.asarray(1.0 - dataset.terminals, jnp.float32),
-                   jnp.asarray(next_policy, jnp.float32), jnp.asarray(mean), jnp.asarray(std))
+                   policy, jnp.asarray(mean), jnp.asarray(std), box(action_low, -np.inf), box(action_high, np.inf))
+
+
+def num_policies(data: FQEData) -> int:
+    return int(jax.tree_util.tree_leaves(data.next_policy)[0].shape[0])
+
+
+# ---------------------------------------------------------------------- the target policy's actions
+def truncated_gaussian_quantile(u, mean, std, low, high) -> jax.Array:
+    """The action at quantiles ``u`` of ``N(mean, std^2)`` truncated to ``[low, high]``:
+    ``mean + std * Phi^-1(Phi(alpha) + u (Phi(beta) - Phi(alpha)))``; ``std = 0`` gives ``mean``."""
+    safe = jnp.where(std > 0, std, 1.0)
+    lo = jax.scipy.special.ndtr((low - mean) / safe)
+    hi = jax.scipy.special.ndtr((high - mean) / safe)
+    z = jax.scipy.special.ndtri(lo + u * (hi - lo))
+    return jnp.clip(jnp.where(std > 0, mean + std * z, mean), low, high)
+
+
+def sample_actions(key, target: GaussianTarget, low, high, num: int) -> jax.Array:
+    """``num`` draws from each row's truncated Gaussian, ``(num, B, d)``, in antithetic pairs
+    (quantiles ``u`` and ``1 - u``, ``u`` uniform on ``(1e-6, 1 - 1e-6)``: each draw has the
+    policy's law cut at 4.75 standard deviations, and a pair cancels ``Q``'s linear term in ``a``)."""
+    eps = 1e-6
+    u = jax.random.uniform(key, ((num + 1) // 2, *target.mean.shape), minval=eps, maxval=1 - eps)
+    u = jnp.concatenate([u, 1.0 - u])[:num]
+    return truncated_gaussian_quantile(u, target.mean, target.std, low, high)
 
 
 # ---------------------------------------------------------------------- network and losses
@@ -101,15 +155,21 @@ def q_of(module, params, obs, actions, config: FQEConfig) -> jax.Array:
     return module.apply(params, obs, actions)
 
 
-def policy_value(module, params, obs, policy, config: FQEConfig) -> jax.Array:
-    """``Q(s, pi(s))`` (continuous ``policy`` = actions) or ``sum_a pi(a|s) Q(s, a)`` (discrete: probabilities)."""
+def policy_value(module, params, obs, policy, config: FQEConfig, key=None, low=None, high=None,
+                 num_samples: int = 1) -> jax.Array:
+    """``E_{a~pi(.|s)} Q(s, a)``: ``sum_a pi(a|s) Q(s, a)`` (discrete: ``policy`` = probabilities),
+    ``Q(s, policy)`` (continuous actions) or the mean of ``Q(s, a_k)`` over ``num_samples`` draws
+    (a :class:`GaussianTarget`, with ``key`` and the box)."""
     if config.num_actions:
         return jnp.sum(module.apply(params, obs) * policy, axis=-1)
+    if isinstance(policy, GaussianTarget):
+        actions = sample_actions(key, policy, low, high, num_samples)
+        return module.apply(params, jnp.broadcast_to(obs, (num_samples, *obs.shape)), actions).mean(0)
     return module.apply(params, obs, policy)
 
 
 def fqe_target(rewards: jax.Array, masks: jax.Array, next_values: jax.Array, discount: float) -> jax.Array:
-    """``y = r + gamma * m * Qbar(s', pi(s'))``."""
+    """``y = r + gamma * m * E_{a'~pi(.|s')} Qbar(s', a')`` (``next_values`` is the expectation)."""
     return rewards + discount * masks * next_values
 
 
@@ -122,7 +182,7 @@ def fqe_loss(q: jax.Array, target: jax.Array) -> jax.Array:
 def create(config: FQEConfig, data: FQEData, seeds: int = 1) -> FQEAgent:
     """``P x S`` agents (leading axes: policies, seeds), seed ``s`` initialised from ``config.seed + s``."""
     module = critic_module(config)
-    num_policies = int(data.next_policy.shape[0])
+    policies = num_policies(data)
 
     def one(seed):
         obs, act = data.observations[:1], data.actions[:1]
@@ -130,18 +190,23 @@ def create(config: FQEConfig, data: FQEData, seeds: int = 1) -> FQEAgent:
         state = TrainState.create(apply_fn=module.apply, params=params, tx=optax.adam(config.learning_rate))
         return FQEAgent(state, params, jnp.zeros((), jnp.int32), config)
 
-    per_seed = jax.vmap(one)(jnp.arange(seeds) + config.seed)
-    return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (num_policies, *x.shape)), per_seed)
+    def build(seed_ids):                # one compiled call, not one dispatch per initialiser op
+        per_seed = jax.vmap(one)(seed_ids)
+        return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (policies, *x.shape)), per_seed)
+
+    return jax.jit(build)(jnp.arange(seeds) + config.seed)
 
 
-def update(agent: FQEAgent, data: FQEData, next_policy: jax.Array, seed_key: jax.Array) -> tuple[FQEAgent, dict]:
-    """One FQE step for one agent (``next_policy``: this agent's policy's ``pi(s')``)."""
+def update(agent: FQEAgent, data: FQEData, next_policy, seed_key: jax.Array) -> tuple[FQEAgent, dict]:
+    """One FQE step for one agent (``next_policy``: this agent's policy's ``pi(.|s')``)."""
     config = agent.config
     module = critic_module(config)
     key = jax.random.fold_in(seed_key, agent.step)
     idx = jax.random.randint(key, (config.batch_size,), 0, data.rewards.shape[0])
     obs, act, nxt = data.observations[idx], data.actions[idx], data.next_observations[idx]
-    next_values = policy_value(module, agent.target_params, nxt, next_policy[idx], config)
+    policy = jax.tree_util.tree_map(lambda x: x[idx], next_policy)
+    next_values = policy_value(module, agent.target_params, nxt, policy, config, jax.random.fold_in(key, 1),
+                               data.action_low, data.action_high, config.next_action_samples)
     target = jax.lax.stop_gradient(fqe_target(data.rewards[idx], data.masks[idx], next_values, config.discount))
 
     def loss_fn(params):
@@ -190,32 +255,52 @@ def train(agents: FQEAgent, data: FQEData, num_steps: int, chunk: int = 1000, pr
 
 # ---------------------------------------------------------------------- evaluation
 @partial(jax.jit, static_argnums=(3,))
-def _values(agents: FQEAgent, obs, policy, discrete_or_taken: bool):
+def _values(agents: FQEAgent, obs, policy, discrete_or_taken: bool, key=None, low=None, high=None):
     module = critic_module(agents.config)
 
     def one(agent, pol):
         if discrete_or_taken:
             return q_of(module, agent.critic.params, obs, pol, agent.config)
-        return policy_value(module, agent.critic.params, obs, pol, agent.config)
+        return policy_value(module, agent.critic.params, obs, pol, agent.config, key, low, high, agent.config.value_samples)
 
     return jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(0, 0))(agents, policy)
 
 
+def _padded(x, axis: int, length: int):
+    """``x`` with its last row along ``axis`` repeated up to ``length`` rows (one compiled shape per call)."""
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, length - x.shape[axis])
+    return jnp.pad(x, pad, mode="edge")
+
+
+def _batches(n: int, batch_size: int) -> tuple[int, int]:
+    """``(batch, padded length)``: every batch has the same size, so ``_values`` compiles once."""
+    batch = max(1, min(batch_size, n))
+    return batch, -(-n // batch) * batch
+
+
 def q_values(agents: FQEAgent, data: FQEData, observations, actions, batch_size: int = 65536) -> np.ndarray:
     """``Q(s_i, a_i)`` of the logged actions: ``(P, S, N)``."""
-    obs = data.normalize(observations)
-    act = jnp.asarray(actions, jnp.float32)
-    num_policies = agents.step.shape[0]
-    parts = [np.asarray(_values(agents, obs[i:i + batch_size],
-                                jnp.broadcast_to(act[i:i + batch_size], (num_policies, *act[i:i + batch_size].shape)), True))
-             for i in range(0, obs.shape[0], batch_size)]
-    return np.concatenate(parts, axis=-1)
+    n = len(observations)
+    batch, length = _batches(n, batch_size)
+    obs = _padded(data.normalize(observations), 0, length)
+    act = _padded(jnp.asarray(actions, jnp.float32), 0, length)
+    policies = agents.step.shape[0]
+    parts = [np.asarray(_values(agents, obs[i:i + batch], jnp.broadcast_to(act[i:i + batch], (policies, *act[i:i + batch].shape)), True))
+             for i in range(0, length, batch)]
+    return np.concatenate(parts, axis=-1)[..., :n]
 
 
-def state_values(agents: FQEAgent, data: FQEData, observations, policy, batch_size: int = 65536) -> np.ndarray:
-    """``V(s_i) = Q(s_i, pi(s_i))`` (or the expectation for discrete): ``(P, S, N)``; ``policy`` is ``(P, N, ...)``."""
-    obs = data.normalize(observations)
-    policy = jnp.asarray(policy, jnp.float32)
-    parts = [np.asarray(_values(agents, obs[i:i + batch_size], policy[:, i:i + batch_size], False))
-             for i in range(0, obs.shape[0], batch_size)]
-    return np.concatenate(parts, axis=-1)
+def state_values(agents: FQEAgent, data: FQEData, observations, policy, batch_size: int = 4096, seed: int = 0) -> np.ndarray:
+    """``V(s_i) = E_{a~pi(.|s_i)} Q(s_i, a)``: ``(P, S, N)``; ``policy`` is ``pi(.|s_i)`` with leading
+    axes ``(P, N)``, as ``next_policy`` in :class:`FQEData`. A :class:`GaussianTarget` is averaged
+    over ``value_samples`` draws (key ``seed``, folded with the batch's first row)."""
+    n = len(observations)
+    batch, length = _batches(n, batch_size)
+    obs = _padded(data.normalize(observations), 0, length)
+    policy = jax.tree_util.tree_map(lambda x: _padded(jnp.asarray(x, jnp.float32), 1, length), policy)
+    key = jax.random.PRNGKey(seed)
+    parts = [np.asarray(_values(agents, obs[i:i + batch], jax.tree_util.tree_map(lambda x: x[:, i:i + batch], policy),
+                                False, jax.random.fold_in(key, i), data.action_low, data.action_high))
+             for i in range(0, length, batch)]
+    return np.concatenate(parts, axis=-1)[..., :n]

@@ -3,15 +3,31 @@
 Importance weights need ``pi_e(a|s)`` in the same units as the behaviour policy's logged
 ``action_log_probs``: offrl's collected tiers log the density of the *env-unit* action.
 
-* A deterministic policy ``a = mu(s)`` has no density; it is evaluated as the Gaussian
-  ``N(mu(s), (std * (high - low) / 2)^2)`` per action dimension, i.e. ``std`` is stated in the
-  normalised ``[-1, 1]`` action units (default 0.1, 5% of the action range). Smaller ``std`` is
-  closer to the deterministic policy but makes weights more extreme; every report states it.
-* A stochastic Gaussian policy is used directly (``std_fn``).
+The continuous target policy every estimator estimates (IS family, FQE/DM, DR, WDR and the
+``--check`` rollouts alike) is the Gaussian truncated to the action box, per dimension ``d``::
+
+    pi(a|s) = prod_d N(a_d; mu_d(s), sigma_d(s)^2) / Z_d(s)   for low_d <= a_d <= high_d, else 0
+    Z_d(s)  = Phi((high_d - mu_d(s)) / sigma_d(s)) - Phi((low_d - mu_d(s)) / sigma_d(s))
+
+with ``mu(s)`` the policy's action clipped to the box (the action the env executes).
+Truncation rather than clipping keeps ``pi`` a density on the box: clipping
+``mu + sigma * eps`` would put point masses on the bounds, which a behaviour policy with a
+density (such as the tiers' tanh-squashed Gaussians) never logs, so importance sampling could
+not see them. Every action the truncated policy takes is executed unchanged by the env.
+
+* A deterministic policy ``a = mu(s)`` has no density; it is evaluated as the truncated
+  Gaussian above with ``sigma_d = std * (high_d - low_d) / 2``, i.e. ``std`` is stated in the
+  normalised ``[-1, 1]`` action units (default 0.1, 5% of the action range). Its estimates are
+  the value of this smoothed policy, which tends to the deterministic policy's value as
+  ``std -> 0`` (for a value continuous in the action) while the importance weights grow more
+  extreme. ``std = 0`` is refused: a deterministic continuous policy puts probability 0 on
+  every logged action, so IS, DR and WDR are undefined for it.
+* A stochastic Gaussian policy uses its own ``std_fn`` (env units), truncated the same way.
 * A tabular (discrete) policy is a ``(S, A)`` table over state indices.
 
-``log_prob(observations, actions)`` returns one log-density per row; ``mean(observations)``
-the env-unit action used by FQE and the direct method.
+``log_prob(observations, actions)`` returns one log-density per row, ``distribution(observations)``
+the ``(mu, sigma)`` in env units that FQE samples its next actions from, and
+``sample(observations, rng)`` one action per row (the ``--check`` rollouts).
 """
 
 from __future__ import annotations
@@ -34,10 +50,41 @@ def gaussian_log_density(actions: np.ndarray, mean: np.ndarray, std: np.ndarray)
     return np.sum(-0.5 * z**2 - np.log(std) - 0.5 * math.log(2 * math.pi), axis=-1)
 
 
+def _standard_bounds(mean, std, low, high):
+    """``((low - mean) / std, (high - mean) / std)``, with ``mean`` inside ``[low, high]``."""
+    return (np.asarray(low, np.float64) - mean) / std, (np.asarray(high, np.float64) - mean) / std
+
+
+def truncated_gaussian_log_density(actions, mean, std, low, high) -> np.ndarray:
+    """``sum_d log [N(a_d; mean_d, std_d^2) / Z_d]`` over the last axis, ``-inf`` outside the box
+    (``Z_d`` of the module docstring; infinite bounds give the plain Gaussian)."""
+    from scipy.special import log_ndtr
+
+    actions = np.asarray(actions, np.float64)
+    alpha, beta = _standard_bounds(mean, std, low, high)
+    # log(Phi(beta) - Phi(alpha)) with alpha <= 0 <= beta, stable in both tails
+    log_z = log_ndtr(beta) + np.log1p(-np.exp(log_ndtr(alpha) - log_ndtr(beta)))
+    inside = np.all((actions >= low) & (actions <= high), axis=-1)
+    with np.errstate(invalid="ignore"):
+        logp = gaussian_log_density(actions, mean, std) - log_z.sum(-1)
+    return np.where(inside, logp, -np.inf)
+
+
+def truncated_gaussian_quantile(u, mean, std, low, high) -> np.ndarray:
+    """The action at quantiles ``u`` in (0, 1) of the truncated Gaussian (inverse CDF):
+    ``mean + std * Phi^-1(Phi(alpha) + u (Phi(beta) - Phi(alpha)))``, clipped to the box."""
+    from scipy.special import ndtr, ndtri
+
+    alpha, beta = _standard_bounds(mean, std, low, high)
+    lo, hi = ndtr(alpha), ndtr(beta)
+    return np.clip(mean + std * ndtri(lo + np.asarray(u) * (hi - lo)), low, high)
+
+
 @dataclass
 class GaussianPolicy:
-    """A continuous policy: ``mean_fn(obs) -> env-unit actions (B, d)``; ``std_fn(obs)``
-    (env units) for a stochastic policy, else ``std`` in normalised units around the mean."""
+    """A continuous target policy: ``mean_fn(obs) -> env-unit actions (B, d)``; ``std_fn(obs)``
+    (env units) for a stochastic policy, else ``std`` in normalised units around the mean; either
+    way the truncated Gaussian of the module docstring."""
 
     mean_fn: Callable[[np.ndarray], np.ndarray]
     action_low: np.ndarray
@@ -57,13 +104,19 @@ class GaussianPolicy:
         return self.std_fn is None
 
     def mean(self, observations: np.ndarray, batch_size: int = 65536) -> np.ndarray:
+        """``mu(s)``: the policy's env-unit action, clipped to the action box."""
         obs = np.asarray(observations, np.float32)
         parts = [np.asarray(self.mean_fn(obs[i:i + batch_size]), np.float64) for i in range(0, len(obs), batch_size)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.action_dim))
+        out = np.concatenate(parts) if parts else np.zeros((0, self.action_dim))
+        return np.clip(out, self.action_low, self.action_high)
 
     def stds(self, observations: np.ndarray) -> np.ndarray:
+        """``sigma(s)`` in env units (see the module docstring)."""
         if self.std_fn is not None:
             return np.asarray(self.std_fn(np.asarray(observations, np.float32)), np.float64)
+        if not self.std > 0:
+            raise OffrlError(f"policy '{self.name}' is deterministic with target std {self.std:g}: importance weights need a "
+                             "density, so pass a positive --target-std (e.g. 0.1).")
         half_range = (np.asarray(self.action_high, np.float64) - np.asarray(self.action_low, np.float64)) / 2
         return np.broadcast_to(self.std * half_range, (len(observations), self.action_dim))
 
@@ -72,10 +125,23 @@ class GaussianPolicy:
         if actions.ndim != 2 or actions.shape[1] != self.action_dim:
             raise OffrlError(f"policy '{self.name}' acts in {self.action_dim} dimensions but the dataset's actions have shape "
                              f"{actions.shape[1:]}; evaluate it on data from its own environment.")
-        return gaussian_log_density(actions, self.mean(observations), self.stds(observations))
+        mean, std = self.distribution(observations)
+        return truncated_gaussian_log_density(actions, mean, std, self.action_low, self.action_high)
+
+    def distribution(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(mu(s), sigma(s))`` in env units, each ``(N, d)``, of the truncated Gaussian ``pi(.|s)``."""
+        return self.mean(observations), self.stds(observations)
+
+    def sample(self, observations: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One action per row from ``pi(.|s)`` (the truncated Gaussian)."""
+        mean, std = self.distribution(observations)
+        u = rng.uniform(size=mean.shape)
+        return truncated_gaussian_quantile(u, mean, std, self.action_low, self.action_high)
 
     def describe(self) -> str:
-        return "stochastic Gaussian" if not self.deterministic else f"deterministic, as a Gaussian with std {self.std:g} (normalised units)"
+        if not self.deterministic:
+            return "stochastic Gaussian, truncated to the action box"
+        return f"deterministic, as a Gaussian with std {self.std:g} (normalised units) truncated to the action box"
 
 
 @dataclass

@@ -1,6 +1,9 @@
 """Choosing a policy without the environment: the highest off-policy estimate wins.
 
-``choose(report, by)`` returns the candidate with the largest estimate of estimator ``by``.
+``choose(report, by)`` returns the candidate with the largest estimate of estimator ``by``;
+:func:`near_tie` says in one line when that choice's interval overlaps the runner-up's
+``[lo_1, hi_1] ∩ [lo_2, hi_2] != {}``, by how much the estimates differ (``est_1 - est_2``) and
+by how much the intervals overlap (``min(hi_1, hi_2) - max(lo_1, lo_2)``).
 With true values (``--check``) :func:`selection_regret` compares three rules by the true value
 they lose against the best candidate: the OPE choice, the choice by the runs' own online
 evaluations (their last ``eval/return`` during training, when recorded) and the candidate
@@ -26,6 +29,28 @@ def choose(report, by: str) -> str:
     return report.policies[int(np.argmax(values))]
 
 
+def tie_message(candidates, by: str) -> str | None:
+    """The near-tie line for candidate rows with ``name``, ``estimate``, ``ci_low``, ``ci_high``
+    (``None`` when the best's interval is clear of the runner-up's, or with fewer than two)."""
+    ranked = sorted(candidates, key=lambda c: c["estimate"], reverse=True)
+    if len(ranked) < 2:
+        return None
+    best, runner = ranked[:2]
+    overlap = min(best["ci_high"], runner["ci_high"]) - max(best["ci_low"], runner["ci_low"])
+    if not overlap >= 0:                                  # clear of each other, or NaN intervals
+        return None
+    gap = best["estimate"] - runner["estimate"]
+    return (f"near-tie: {best['name']} ({by} {best['estimate']:.2f}, CI [{best['ci_low']:.2f}, {best['ci_high']:.2f}]) leads "
+            f"{runner['name']} ({runner['estimate']:.2f}, CI [{runner['ci_low']:.2f}, {runner['ci_high']:.2f}]) by {gap:.2f}, "
+            f"but the intervals overlap by {overlap:.2f}; the data do not separate them.")
+
+
+def near_tie(report, by: str) -> str | None:
+    """:func:`tie_message` for the candidates of ``report`` ranked by ``by``."""
+    return tie_message([{"name": p, **{k: getattr(report.results[p][by], k) for k in ("estimate", "ci_low", "ci_high")}}
+                        for p in report.policies], by)
+
+
 def selection_regret(report, by: str, truth: dict) -> dict[str, dict]:
     """``{rule: {"choice", "true_value", "regret"}}`` for the OPE, online and last-checkpoint rules."""
     true = {p: truth[p]["value"] for p in report.policies}
@@ -46,8 +71,8 @@ SELECTED = "selected.json"
 def select_checkpoint(run, by: str = "fqe", dataset=None, config=None, seed: int = 0, progress=None) -> dict:
     """Rank every kept checkpoint of run folder ``run`` by estimator ``by`` on ``dataset``
     (default: the run's own, ``settings["dataset"]``) for trained seed ``seed``, write
-    ``RUN/selected.json`` and return its record: the chosen ``step``, ``by``, and every candidate's
-    ``step``, ``estimate``, ``ci_low``, ``ci_high``, ``ess``.
+    ``RUN/selected.json`` and return its record: the chosen ``step``, ``by``, every candidate's
+    ``step``, ``estimate``, ``ci_low``, ``ci_high``, ``ess``, and ``near_tie`` (:func:`near_tie`'s line or None).
 
     Example::
 
@@ -87,7 +112,8 @@ def select_checkpoint(run, by: str = "fqe", dataset=None, config=None, seed: int
     chosen = next(c for c in candidates if c["name"] == choice)
     record = {"step": chosen["step"], "by": by, "seed": seed, "estimate": chosen["estimate"], "ci_low": chosen["ci_low"],
               "ci_high": chosen["ci_high"], "dataset": getattr(dataset, "source", None), "estimated_behavior": report.estimated_behavior,
-              "target": report.target[choice], "candidates": candidates, "config": report.config}
+              "target": report.target[choice], "candidates": candidates, "near_tie": tie_message(candidates, by),
+              "config": report.config}
     (folder / SELECTED).write_text(json.dumps(record, indent=2, default=str))
     return record
 

@@ -98,6 +98,32 @@ def test_select_checkpoint_api_with_fqe_picks_the_argmax(kept_run):
     assert record["step"] == max(estimates, key=estimates.get)
     assert all(c["ci_low"] <= c["estimate"] <= c["ci_high"] for c in record["candidates"])
     assert json.loads((kept_run / "selected.json").read_text())["step"] == record["step"]
+    from offrl.ope.select import tie_message
+
+    assert record["near_tie"] == tie_message(record["candidates"], "fqe")
+
+
+def _report(rows):
+    from offrl.ope.estimators import OPEResult
+    from offrl.ope.evaluate import OPEReport
+
+    results = {name: {"dr": OPEResult("dr", e, lo, hi, "t", 0.95, 10.0, 0.1, 50, False, False)} for name, e, lo, hi in rows}
+    return OPEReport([r[0] for r in rows], results, False, {r[0]: "x" for r in rows}, {r[0]: {} for r in rows}, {})
+
+
+def test_near_tie_says_by_how_much_in_one_line():
+    from offrl.ope.select import choose, near_tie
+
+    # a@1 leads b@2 by 5.0 - 4.2 = 0.8; intervals [4, 6] and [3, 4.5] overlap on [4, 4.5]: 0.5
+    report = _report([("b@2", 4.2, 3.0, 4.5), ("a@1", 5.0, 4.0, 6.0), ("c@3", 1.0, 0.0, 2.0)])
+    assert choose(report, "dr") == "a@1"
+    line = near_tie(report, "dr")
+    assert line == ("near-tie: a@1 (dr 5.00, CI [4.00, 6.00]) leads b@2 (4.20, CI [3.00, 4.50]) by 0.80, "
+                    "but the intervals overlap by 0.50; the data do not separate them.")
+    assert near_tie(_report([("a@1", 5.0, 4.6, 6.0), ("b@2", 4.2, 3.0, 4.5)]), "dr") is None     # clear by 0.1
+    assert near_tie(_report([("a@1", 5.0, 4.5, 6.0), ("b@2", 4.2, 3.0, 4.5)]), "dr").endswith("overlap by 0.00; the data do not separate them.")
+    assert near_tie(_report([("a@1", 5.0, 4.0, 6.0)]), "dr") is None
+    assert near_tie(_report([("a@1", 5.0, float("nan"), float("nan")), ("b@2", 4.0, float("nan"), float("nan"))]), "dr") is None
 
 
 def test_train_select_by_writes_selected_json_and_export_uses_it(pendulum_file, tmp_path, capsys):

@@ -20,11 +20,56 @@ def test_deterministic_policy_density_by_hand():
 
 
 def test_stochastic_policy_uses_its_own_std():
-    policy = GaussianPolicy(lambda obs: obs[:, :1], np.array([-1.0]), np.array([1.0]),
+    # Box [-3, 3], mean 1, std 0.5: Z = Phi(4) - Phi(-8) = 0.99996833 (tables), a = 1.5 is z = 1.
+    policy = GaussianPolicy(lambda obs: obs[:, :1], np.array([-3.0]), np.array([3.0]),
                             std_fn=lambda obs: np.full((len(obs), 1), 0.5))
     logp = policy.log_prob(np.array([[1.0, 0.0]]), np.array([[1.5]]))
-    assert logp[0] == pytest.approx(-math.log(0.5) - 0.5 * math.log(2 * math.pi) - 0.5)
+    assert logp[0] == pytest.approx(-math.log(0.5) - 0.5 * math.log(2 * math.pi) - 0.5 - math.log(0.99996833), abs=1e-7)
     assert not policy.deterministic
+
+
+def test_target_density_is_truncated_to_the_box_around_the_clipped_action():
+    # mu(s) = 2 is clipped to the bound 1; std 0.5 normalised on [-1, 1] -> sigma 0.5;
+    # Z = Phi(0) - Phi(-4) = 0.5 - 3.1671e-5 (tables), so the density is 2 N(a; 1, 0.25) near the bound.
+    policy = GaussianPolicy(lambda obs: np.full((len(obs), 1), 2.0), np.array([-1.0]), np.array([1.0]), std=0.5)
+    logp = policy.log_prob(np.zeros((3, 2)), np.array([[0.5], [1.0], [1.2]]))
+    gauss = lambda a: -0.5 * ((a - 1.0) / 0.5) ** 2 - math.log(0.5) - 0.5 * math.log(2 * math.pi)  # noqa: E731
+    np.testing.assert_allclose(logp[:2], [gauss(0.5) - math.log(0.5 - 3.1671e-5), gauss(1.0) - math.log(0.5 - 3.1671e-5)], rtol=1e-6)
+    assert logp[2] == -np.inf                                       # outside the box: density 0
+    # the density integrates to 1 over the box (trapezoid rule on a fine grid)
+    grid = np.linspace(-1, 1, 20001)[:, None]
+    assert np.trapezoid(np.exp(policy.log_prob(np.zeros((len(grid), 2)), grid)), grid[:, 0]) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_samples_follow_the_truncated_density():
+    # mean of N(mu, s^2) truncated to [lo, hi]: mu + s (phi(alpha) - phi(beta)) / Z, an independent formula.
+    from scipy import stats
+
+    from offrl.ope.fqe import truncated_gaussian_quantile
+
+    policy = GaussianPolicy(lambda obs: np.full((len(obs), 2), [0.9, -0.2]), np.array([-1.0, -1.0]), np.array([1.0, 1.0]), std=0.3)
+    a = policy.sample(np.zeros((200_000, 1)), np.random.default_rng(0))
+    assert (a >= -1).all() and (a <= 1).all()
+    mu, s = np.array([0.9, -0.2]), 0.3
+    alpha, beta = (-1 - mu) / s, (1 - mu) / s
+    mean = mu + s * (stats.norm.pdf(alpha) - stats.norm.pdf(beta)) / (stats.norm.cdf(beta) - stats.norm.cdf(alpha))
+    np.testing.assert_allclose(a.mean(0), mean, atol=4 * a.std(0).max() / np.sqrt(len(a)))
+    assert mean[0] < 0.9 - 0.05                                     # truncation near the bound moves the mean
+    u = np.random.default_rng(1).uniform(size=(100, 2))
+    np.testing.assert_allclose(np.asarray(truncated_gaussian_quantile(u, mu, np.full(2, s), -np.ones(2), np.ones(2))),
+                               policies_quantile(u, mu, s), atol=1e-5)  # the JAX sampler of FQE is the same law
+
+
+def policies_quantile(u, mu, s):
+    from offrl.ope.policies import truncated_gaussian_quantile
+
+    return truncated_gaussian_quantile(u, mu, np.full(2, s), -np.ones(2), np.ones(2))
+
+
+def test_a_deterministic_target_without_std_is_refused():
+    policy = GaussianPolicy(lambda obs: np.zeros((len(obs), 1)), np.array([-1.0]), np.array([1.0]), std=0.0, name="p")
+    with pytest.raises(OffrlError, match="positive --target-std"):
+        policy.log_prob(np.zeros((2, 1)), np.zeros((2, 1)))
 
 
 def test_action_shape_mismatch_is_one_clear_error():
