@@ -245,7 +245,7 @@ def _sentence(f: dataclasses.Field, value, spec, owner: str, prefix: str, flags:
         fix = f"e.g. {flag} {_example(default)}" if default is not None else f"or leave {flag} unset"
         return f"{flag} is {_shown(value)}; it must be {shown_spec} ({fix})."
     name = prefix + f.name
-    fix = f"e.g. --set {name}={_example(default)}" if default is not None else f"or leave {name} unset"
+    fix = f"e.g. --set {name}={_example(default)}" + ("" if default is not None else ", its default: unset")
     return f"config field '{name}' of {owner} is {_shown(value)}; it must be {spec} ({fix})."
 
 
@@ -253,10 +253,12 @@ def _field_named(config, name: str) -> dataclasses.Field:
     return next(f for f in dataclasses.fields(config) if f.name == name)
 
 
-def _subject(config, name: str, owner: str, prefix: str, flags: bool) -> str:
-    if flags:
-        return flag_of(_field_named(config, name))
-    return f"config field '{prefix}{name}' of {owner}"
+def _name(config, name: str, prefix: str, flags: bool) -> str:
+    return flag_of(_field_named(config, name)) if flags else f"'{prefix}{name}'"
+
+
+def _lead(owner: str, flags: bool) -> str:
+    return "" if flags else f"config fields of {owner}: "
 
 
 def check_config(config, owner: str | None = None, *, flags: bool | None = None, _prefix: str = "") -> None:
@@ -284,13 +286,13 @@ def check_config(config, owner: str | None = None, *, flags: bool | None = None,
             example = _example(_default_of(_field_named(config, low)))
             how = (f"{flag_of(_field_named(config, low))} {example}" if flags
                    else f"--set {_prefix}{low}={example}")
-            raise ConfigError(f"{_subject(config, low, owner, _prefix, flags)} ({getattr(config, low)!r}) must be below "
-                              f"{_subject(config, high, owner, _prefix, flags)} ({getattr(config, high)!r}); set e.g. {how}.")
+            raise ConfigError(f"{_lead(owner, flags)}{_name(config, low, _prefix, flags)} ({getattr(config, low)!r}) must be below "
+                              f"{_name(config, high, _prefix, flags)} ({getattr(config, high)!r}); set e.g. {how}.")
     for name, of in getattr(cls, "MULTIPLE_OF", ()):
         value, base = getattr(config, name), getattr(config, of)
         if not (_is_int(value) and value >= 1 and value % base == 0):
-            raise ConfigError(f"{_subject(config, name, owner, _prefix, flags)} is {value!r}; it must be a positive multiple of "
-                              f"{_subject(config, of, owner, _prefix, flags)} ({base}).")
+            raise ConfigError(f"{_lead(owner, flags)}{_name(config, name, _prefix, flags)} is {value!r}; it must be a positive "
+                              f"multiple of {_name(config, of, _prefix, flags)} ({base}).")
 
 
 # --------------------------------------------------------------------------- documentation
@@ -415,8 +417,10 @@ def flag_values(cls, args: argparse.Namespace, prefix: str = "cfg") -> dict[str,
 
 
 def from_args(cls, args: argparse.Namespace, prefix: str = "cfg", **fixed):
-    """Build ``cls`` from the ``PREFIX__*`` values of ``args`` plus ``fixed`` fields (the class checks them)."""
-    return cls(**{**flag_values(cls, args, prefix), **fixed})
+    """Build ``cls`` from the ``PREFIX__*`` values of ``args`` plus ``fixed`` fields, checked by :func:`check_config`."""
+    config = cls(**{**flag_values(cls, args, prefix), **fixed})
+    check_config(config)
+    return config
 
 
 def no_abbreviations(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
