@@ -36,10 +36,11 @@ _EXPORTS = {
     "FinetuneConfig": ("offrl.finetuning", "FinetuneConfig"),
     "ALGORITHMS": ("offrl.algos", "ALGORITHMS"),
     "run_benchmark": ("offrl.benchmark", "run_benchmark"),
-    "check_config": ("offrl.algos.ranges", "check_config"),
+    "check_config": ("offrl.config", "check_config"),
+    "RunSettings": ("offrl.settings", "RunSettings"),
     # off-policy evaluation
     "evaluate_policies": ("offrl.ope.evaluate", "evaluate_policies"),
-    "OPEConfig": ("offrl.ope.evaluate", "OPEConfig"),
+    "OPEConfig": ("offrl.ope.config", "OPEConfig"),
     "load_target_policy": ("offrl.ope.policies", "load_policy"),
     "select_checkpoint": ("offrl.ope.select", "select_checkpoint"),
     # language-model preference optimisation (needs the `llm` extra: torch + transformers)

@@ -41,11 +41,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from offrl.data.doctor.tier import TIERS
 from offrl.errors import ConfigError
 
 #: short names for the D4RL locomotion environments (and Pendulum) -> Gymnasium ids.
 ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5", "pendulum": "Pendulum-v1"}
-TIERS = ("random", "medium", "medium-replay", "medium-expert", "expert")
 #: ``--budget`` profiles: updates per cell, evaluation interval, episodes per evaluation.
 BUDGETS = {"cpu": {"steps": 30_000, "eval_every": 5_000, "eval_episodes": 10},
            "full": {"steps": 1_000_000, "eval_every": 5_000, "eval_episodes": 10}}
@@ -102,6 +102,7 @@ def make_spec(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval
     from offrl.algos import ALGORITHMS, get_algorithm
     from offrl.algos.common import apply_overrides
     from offrl.envs import env_family
+    from offrl.settings import RunSettings
 
     if budget not in BUDGETS:
         raise ConfigError(f"--budget '{budget}' is unknown; choose one of: {', '.join(BUDGETS)}.")
@@ -122,9 +123,9 @@ def make_spec(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval
     steps = int(profile["steps"] if steps is None else steps)
     eval_every = int(profile["eval_every"] if eval_every is None else eval_every)
     eval_episodes = int(profile["eval_episodes"] if eval_episodes is None else eval_episodes)
-    for flag, value in (("--seeds", seeds), ("--steps", steps), ("--eval-every", eval_every), ("--eval-episodes", eval_episodes)):
-        if int(value) < 1:
-            raise ConfigError(f"{flag} is {value}; it must be a positive integer.")
+    RunSettings(steps=steps, seeds=seeds, seed=seed, eval_every=eval_every, eval_episodes=eval_episodes)  # the ranges
+    if eval_episodes < 1:
+        raise ConfigError(f"--eval-episodes is {eval_episodes}; a benchmark cell is scored by its evaluations, so pass at least 1.")
     if steps < eval_every:
         raise ConfigError(f"--steps {steps} is smaller than the evaluation interval --eval-every {eval_every}, so no cell "
                           f"would be evaluated; raise --steps or lower --eval-every.")
@@ -164,7 +165,7 @@ def _check_peer(peer: str | None, peer_python: str | None, algos) -> tuple[str |
     given = peer_python or os.environ.get(PEER_PYTHON_ENV)
     if not given:
         raise ConfigError(f"--peer {peer} needs a Python that has {peer} installed: pass --peer-python PATH "
-                          f"(e.g. /work/venv-bench/bin/python) or set {PEER_PYTHON_ENV}=PATH.")
+                          f"(e.g. the bin/python of a virtualenv) or set {PEER_PYTHON_ENV}=PATH.")
     found = shutil.which(given) if os.sep not in given else (given if os.access(given, os.X_OK) and Path(given).is_file() else None)
     if not found:
         source = "--peer-python" if peer_python else PEER_PYTHON_ENV

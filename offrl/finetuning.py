@@ -37,10 +37,11 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from offrl.config import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, UNIT, check_config, param
 from offrl.errors import ConfigError, OffrlError
 
 FINETUNABLE = ("cql", "cal_ql", "iql", "awac", "td3_bc", "td3")
@@ -48,50 +49,44 @@ FINETUNABLE = ("cql", "cal_ql", "iql", "awac", "td3_bc", "td3")
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
-    """The online phase.
+    """The online phase (the flags of ``offrl finetune`` are generated from these fields).
 
-    steps: environment steps per seed (>= 1).
-    mix_ratio: share of offline rows in each minibatch, in [0, 1] (0.5, the Cal-QL/RLPD choice).
-    utd: gradient updates per environment step (update-to-data ratio, >= 1).
+    steps: online environment steps per seed.
+    mix_ratio: share of offline rows in each minibatch, in [0, 1] (0.5, the Cal-QL/RLPD choice; 0 = online data
+      only, the naive continuation).
+    utd: gradient updates per environment step (update-to-data ratio).
     update_every: env steps between two jitted update calls (each runs update_every * utd updates).
-    start_steps: env steps collected before the first update (>= 0; the buffer must not be empty
-        when mix_ratio < 1).
-    alpha_decay: lambda of CQL's alpha_0 exp(-lambda t) (0: constant), >= 0.
-    bc_anneal_steps: TD3+BC's BC weight falls linearly to 0 over these online steps (0: kept), >= 0.
-    eval_every / eval_episodes: deterministic evaluations (env steps, episodes per seed).
-    checkpoint_every: env steps between checkpoints (a multiple of update_every); envs restart there.
+    start_steps: online env steps collected before the first update (the buffer must not be empty when
+      mix_ratio < 1).
+    alpha_decay: CQL/Cal-QL: lambda of alpha_0 * exp(-lambda t) over online steps (0: constant).
+    bc_anneal_steps: TD3+BC: the BC weight falls linearly to 0 over these online steps (0: kept).
+    eval_every: env steps between deterministic evaluations.
+    eval_episodes: evaluation episodes per seed (0 = none).
+    checkpoint_every: env steps between checkpoints (a multiple of update_every), where all envs restart.
     log_every: env steps between metrics rows (a multiple of update_every).
     """
 
-    steps: int = 100_000
-    mix_ratio: float = 0.5
-    utd: int = 1
-    update_every: int = 50
-    start_steps: int = 1000
-    alpha_decay: float = 0.0
-    bc_anneal_steps: int = 0
-    eval_every: int = 5000
-    eval_episodes: int = 5
-    checkpoint_every: int = 10_000
-    log_every: int = 1000
+    COMMAND_FLAGS: ClassVar[bool] = True
+    MULTIPLE_OF: ClassVar[tuple] = (("checkpoint_every", "update_every"), ("log_every", "update_every"))
+
+    steps: int = param(100_000, POSITIVE_INT)
+    mix_ratio: float = param(0.5, UNIT)
+    utd: int = param(1, POSITIVE_INT)
+    update_every: int = param(50, POSITIVE_INT)
+    start_steps: int = param(1000, NON_NEGATIVE_INT)
+    alpha_decay: float = param(0.0, NON_NEGATIVE)
+    bc_anneal_steps: int = param(0, NON_NEGATIVE_INT, flag="--bc-anneal")
+    eval_every: int = param(5000, POSITIVE_INT)
+    eval_episodes: int = param(5, NON_NEGATIVE_INT)
+    checkpoint_every: int = param(10_000, POSITIVE_INT)
+    log_every: int = param(1000, POSITIVE_INT)
+
+    def __post_init__(self) -> None:
+        check_config(self)
 
     def check(self) -> None:
-        def need(ok, flag, value, what):
-            if not ok:
-                raise ConfigError(f"--{flag} is {value}; it must be {what}.")
-
-        need(self.steps >= 1, "steps", self.steps, "a positive number of environment steps")
-        need(0.0 <= self.mix_ratio <= 1.0, "mix-ratio", self.mix_ratio, "in [0, 1] (the share of offline rows per batch)")
-        need(self.utd >= 1, "utd", self.utd, "an integer >= 1")
-        need(self.update_every >= 1, "update-every", self.update_every, "an integer >= 1")
-        need(self.start_steps >= 0, "start-steps", self.start_steps, "an integer >= 0")
-        need(self.alpha_decay >= 0.0, "alpha-decay", self.alpha_decay, ">= 0")
-        need(self.bc_anneal_steps >= 0, "bc-anneal", self.bc_anneal_steps, ">= 0")
-        need(self.eval_every >= 1, "eval-every", self.eval_every, ">= 1")
-        need(self.eval_episodes >= 0, "eval-episodes", self.eval_episodes, ">= 0")
-        for flag, value in (("checkpoint-every", self.checkpoint_every), ("log-every", self.log_every)):
-            need(value >= 1 and value % self.update_every == 0, flag, value,
-                 f"a positive multiple of --update-every ({self.update_every})")
+        """Raise :class:`ConfigError` for a field outside its range (also done when the config is built)."""
+        check_config(self)
 
 
 def _check_source(folder: Path) -> dict:

@@ -1,12 +1,13 @@
 """Offline RL algorithms, one file each (see :mod:`offrl.algos.common` for the interface).
 
-``ALGORITHMS`` maps a name (``offrl train --algo NAME``) to its module; a listed module that
-does not exist yet is skipped.
+``ALGORITHMS`` maps a name (``offrl train --algo NAME``) to its module, imported lazily on
+first access (``offrl --help`` lists the names without importing JAX).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from types import ModuleType
 
 from offrl.errors import ConfigError
@@ -16,19 +17,25 @@ ALGORITHM_NAMES = ("bc", "td3", "td3_bc", "iql", "cql", "cal_ql", "awac", "bcq",
                    "discrete_bc", "dqn", "double_dqn", "discrete_cql", "discrete_bcq", "discrete_iql")
 
 
-def _load() -> dict[str, ModuleType]:
-    found = {}
-    for name in ALGORITHM_NAMES:
-        module_name = f"offrl.algos.{name}"
-        try:
-            found[name] = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-    return found
+class _Registry(Mapping):
+    """Name -> module, imported on first access, so listing the names imports no algorithm (nor JAX)."""
+
+    def __getitem__(self, name: str) -> ModuleType:
+        if name not in ALGORITHM_NAMES:
+            raise KeyError(name)
+        return importlib.import_module(f"offrl.algos.{name}")
+
+    def __contains__(self, name) -> bool:
+        return name in ALGORITHM_NAMES
+
+    def __iter__(self):
+        return iter(ALGORITHM_NAMES)
+
+    def __len__(self) -> int:
+        return len(ALGORITHM_NAMES)
 
 
-ALGORITHMS: dict[str, ModuleType] = _load()
+ALGORITHMS: Mapping[str, ModuleType] = _Registry()
 
 
 def get_algorithm(name: str) -> ModuleType:

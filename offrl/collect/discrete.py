@@ -18,10 +18,11 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from offrl.config import ANY_INT, NON_NEGATIVE_INT, POSITIVE_INT, UNIT, OrNone, check_config, param
 from offrl.errors import ConfigError
 
 #: replay infos of a discrete zoo (name -> per-row shape).
@@ -30,23 +31,39 @@ DISCRETE_INFO_SHAPES = {"action_log_probs": (), "greedy_actions": ()}
 
 @dataclass(frozen=True)
 class DQNBehaviorConfig:
-    """The loop around DQN (the learner's own settings are :func:`learner_config`).
+    """The loop around DQN (the flags of ``offrl collect train-behavior`` on a discrete env; the
+    learner's own settings are :func:`learner_config`).
 
-    steps: environment steps in total; start_steps: steps before the first update;
-    update_every: env steps per jitted call (one update per env step, in a scan);
-    snapshot_every: env steps between evaluated snapshots; eval_episodes: episodes per evaluation;
-    epsilon: final (and behaviour) exploration rate; explore_steps: steps of the linear decay
-    from 1 (``None``: steps / 5); seed: networks, env and minibatches.
+    steps: environment steps in total.
+    start_steps: steps before the first update (default min(1000, steps/10)).
+    update_every: env steps per jitted call (one update per env step, in a scan).
+    snapshot_every: env steps between evaluated snapshots (default steps/20).
+    eval_episodes: episodes per evaluation.
+    epsilon: the behaviour policies' final epsilon-greedy rate, reached by a linear decay from 1.
+    explore_steps: steps of the linear epsilon decay from 1 (default steps/5).
+    seed: seeds the networks, the env and the minibatches.
+
+    ``start_steps`` and ``snapshot_every`` left as ``None`` are derived from ``steps`` when the
+    config is built (``dataclasses.replace`` keeps the derived value; pass ``None`` to derive again).
     """
 
-    steps: int = 50_000
-    start_steps: int = 1_000
-    update_every: int = 10
-    snapshot_every: int = 2_500
-    eval_episodes: int = 5
-    epsilon: float = 0.1
-    explore_steps: int | None = None
-    seed: int = 0
+    COMMAND_FLAGS: ClassVar[bool] = True
+
+    steps: int = param(50_000, POSITIVE_INT)
+    start_steps: int | None = param(None, OrNone(NON_NEGATIVE_INT))
+    update_every: int = param(10, POSITIVE_INT)
+    snapshot_every: int | None = param(None, OrNone(POSITIVE_INT))
+    eval_episodes: int = param(5, POSITIVE_INT)
+    epsilon: float = param(0.1, UNIT)
+    explore_steps: int | None = param(None, OrNone(POSITIVE_INT))
+    seed: int = param(0, ANY_INT)
+
+    def __post_init__(self) -> None:
+        check_config(self)
+        if self.start_steps is None:
+            object.__setattr__(self, "start_steps", min(1_000, max(self.steps // 10, 1)))
+        if self.snapshot_every is None:
+            object.__setattr__(self, "snapshot_every", max(self.steps // 20, 1))
 
 
 def learner_config():

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from offrl.data.doctor.tier import TIERS
 from offrl.errors import ConfigError
 
-TIERS = ("random", "medium", "medium-replay", "medium-expert", "expert")
 MEDIUM_RULE = ("medium = the snapshot (other than step 0 and the expert) whose mean stochastic evaluation return is "
                "closest to R_random + (R_expert - R_random) / 3, i.e. a normalized score of about 33 on the zoo's own references")
 

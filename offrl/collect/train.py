@@ -21,38 +21,52 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from offrl.collect.zoo import BehaviorPolicy, ReplayWriter, _write_json, record_snapshot, save_snapshot, snapshot_facts
+from offrl.config import ANY_INT, NON_NEGATIVE_INT, POSITIVE_INT, OrNone, check_config, param
 from offrl.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class TrainBehaviorConfig:
-    """The loop around SAC.
+    """The loop around SAC (the flags of ``offrl collect train-behavior`` on a continuous env).
 
     steps: environment steps in total.
-    start_steps: steps before the first update (data collected by the initial random actor);
-        Haarnoja et al. use 10k for MuJoCo, shorter tasks need less.
-    update_every: env steps between two jitted update calls (each runs
-        ``update_every * updates_per_step`` updates in one scan).
+    start_steps: steps before the first update, data collected by the initial random actor (default
+      min(10000, steps/10); Haarnoja et al. use 10k for MuJoCo, shorter tasks need less).
+    update_every: env steps between two jitted update calls (each runs update_every * updates_per_step updates
+      in one scan).
     updates_per_step: gradient updates per env step (1 in the paper).
-    snapshot_every: env steps between snapshots (each is evaluated and saved).
+    snapshot_every: env steps between snapshots, each evaluated and saved (default steps/30).
     eval_episodes: episodes per evaluation (stochastic and deterministic each).
     seed: seeds the networks, the env and the minibatch sampling.
-    replay_capacity: rows kept in the device replay buffer (the oldest are overwritten);
-        ``None`` keeps every step (the paper's 1M covers its runs).
+    replay_capacity: rows kept in the device replay buffer, the oldest overwritten (default: every step;
+      the paper's 1M covers its runs).
+
+    ``start_steps`` and ``snapshot_every`` left as ``None`` are derived from ``steps`` when the
+    config is built (``dataclasses.replace`` keeps the derived value; pass ``None`` to derive again).
     """
 
-    steps: int = 300_000
-    start_steps: int = 10_000
-    update_every: int = 50
-    updates_per_step: int = 1
-    snapshot_every: int = 10_000
-    eval_episodes: int = 5
-    seed: int = 0
-    replay_capacity: int | None = None
+    COMMAND_FLAGS: ClassVar[bool] = True
+
+    steps: int = param(300_000, POSITIVE_INT)
+    start_steps: int | None = param(None, OrNone(NON_NEGATIVE_INT))
+    update_every: int = param(50, POSITIVE_INT)
+    updates_per_step: int = param(1, POSITIVE_INT)
+    snapshot_every: int | None = param(None, OrNone(POSITIVE_INT))
+    eval_episodes: int = param(5, POSITIVE_INT)
+    seed: int = param(0, ANY_INT)
+    replay_capacity: int | None = param(None, OrNone(POSITIVE_INT))
+
+    def __post_init__(self) -> None:
+        check_config(self)
+        if self.start_steps is None:
+            object.__setattr__(self, "start_steps", min(10_000, max(self.steps // 10, 1)))
+        if self.snapshot_every is None:
+            object.__setattr__(self, "snapshot_every", max(self.steps // 30, 1))
 
 
 def evaluate_policy(env, policy: BehaviorPolicy, episodes: int, seed: int, stochastic: bool) -> np.ndarray:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import shlex
 import sys
 
-TIERS = ("random", "medium", "medium-replay", "medium-expert", "expert")
-
 
 def register(subparsers) -> None:
+    from offrl.collect.discrete import DQNBehaviorConfig
+    from offrl.collect.train import TrainBehaviorConfig
+    from offrl.config import add_flags
+    from offrl.data.doctor.tier import TIERS
+
     parser = subparsers.add_parser(
         "collect", help="train SAC behaviour policies and collect D4RL-style datasets",
         description="Train SAC behaviour policies (train-behavior) and collect tiered datasets from them (dataset).")
@@ -20,14 +23,8 @@ def register(subparsers) -> None:
 
     train = sub.add_parser("train-behavior", help="train an online SAC learner, saving evaluated policy snapshots and the replay history")
     train.add_argument("--env", required=True, help="Gymnasium id, e.g. Pendulum-v1, Hopper-v5 (SAC) or CartPole-v1, Acrobot-v1 (Discrete actions: DQN)")
-    train.add_argument("--steps", type=int, default=300_000, help="environment steps (default 300000)")
     train.add_argument("--out", required=True, help="zoo folder to write (snapshots/, replay.hdf5, zoo.json)")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--start-steps", type=int, default=None, help="steps before the first update (default: min(10000, steps/10))")
-    train.add_argument("--snapshot-every", type=int, default=None, help="steps between evaluated snapshots (default: steps/30)")
-    train.add_argument("--eval-episodes", type=int, default=5)
-    train.add_argument("--update-every", type=int, default=50, help="env steps per jitted chunk of updates (default 50)")
-    train.add_argument("--epsilon", type=float, default=0.1, help="Discrete envs only: the behaviour policies' epsilon-greedy rate (default 0.1)")
+    add_flags(train, TrainBehaviorConfig, prefix="cfg", labels={"SAC": TrainBehaviorConfig, "DQN": DQNBehaviorConfig})
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=run_train_behavior)
 
@@ -52,6 +49,27 @@ def command_line() -> str:
     return "offrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv and sys.argv[0].endswith(("offrl", "__main__.py")) else " ".join(shlex.quote(a) for a in sys.argv)
 
 
+def behavior_config(cls, args):
+    """``cls`` built from the flags given (unset: ``cls``'s own defaults); a flag of the other
+    learner only is refused in one line."""
+    import dataclasses
+
+    from offrl.collect.discrete import DQNBehaviorConfig
+    from offrl.collect.train import TrainBehaviorConfig
+    from offrl.config import flag_of, flag_values
+    from offrl.errors import ConfigError
+
+    given = {k: v for k, v in vars(args).items() if k.startswith("cfg__")}
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in given:
+        if key[len("cfg__"):] not in names:
+            other = "continuous (SAC)" if cls.__name__.startswith("DQN") else "discrete (DQN)"
+            flag = next(flag_of(f) for c in (TrainBehaviorConfig, DQNBehaviorConfig) for f in dataclasses.fields(c)
+                        if f.name == key[len("cfg__"):])
+            raise ConfigError(f"{flag} applies to {other} action spaces only; drop it for --env {args.env}.")
+    return cls(**flag_values(cls, args, prefix="cfg"))
+
+
 def run_train_behavior(args) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -61,16 +79,9 @@ def run_train_behavior(args) -> int:
     from offrl.envs import check_env_id
 
     check_env_id(args.env)
-    steps = args.steps
     if _is_discrete(args.env):
         return _train_discrete_behavior(args)
-    config = TrainBehaviorConfig(
-        steps=steps,
-        start_steps=args.start_steps if args.start_steps is not None else min(10_000, max(steps // 10, 1)),
-        update_every=args.update_every,
-        snapshot_every=args.snapshot_every or max(steps // 30, 1),
-        eval_episodes=args.eval_episodes,
-        seed=args.seed)
+    config = behavior_config(TrainBehaviorConfig, args)
     index = train_behavior(args.env, args.out, config, command=command_line(), progress=not args.quiet)
     refs = write_references(args.out)
     table = Table(title=f"SAC on {args.env}: snapshots in {args.out}")
@@ -128,16 +139,11 @@ def _train_discrete_behavior(args) -> int:
     from offrl.collect.discrete import DQNBehaviorConfig, train_dqn_behavior
     from offrl.collect.train import write_references
 
-    steps = args.steps
-    config = DQNBehaviorConfig(
-        steps=steps, start_steps=args.start_steps if args.start_steps is not None else min(1_000, max(steps // 10, 1)),
-        update_every=args.update_every if args.update_every != 50 else 10,
-        snapshot_every=args.snapshot_every or max(steps // 20, 1), eval_episodes=args.eval_episodes,
-        epsilon=args.epsilon, seed=args.seed)
+    config = behavior_config(DQNBehaviorConfig, args)
     index = train_dqn_behavior(args.env, args.out, config, command=command_line(), progress=not args.quiet)
     refs = write_references(args.out)
     table = Table(title=f"DQN on {args.env}: snapshots in {args.out}")
-    for col in (f"step", f"return (epsilon {args.epsilon})", "return (greedy)"):
+    for col in ("step", f"return (epsilon {config.epsilon})", "return (greedy)"):
         table.add_column(col, justify="right")
     for s in index["snapshots"]:
         table.add_row(str(s["step"]), f"{s['return_mean']:.1f} ± {s['return_std']:.1f}", f"{s['deterministic_return_mean']:.1f}")

@@ -3,75 +3,90 @@
 from __future__ import annotations
 
 
+from dataclasses import dataclass
+from typing import ClassVar
+
+from offrl.config import ANY_INT, POSITIVE_INT, param
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Which data and policies, and where the results go.
+
+    dataset: registry name or path of the logged dataset.
+    seed: which trained seed of each run to evaluate.
+    out: folder for ope.json, ope.csv and the plots (default: print only).
+    overwrite: replace existing files in --out.
+    check: also roll the policies out in their environment and score the estimators.
+    env: Gymnasium id for --check (default: each policy's own).
+    episodes: --check rollouts per policy.
+    """
+
+    COMMAND_FLAGS: ClassVar[bool] = True
+
+    dataset: str
+    seed: int = param(0, ANY_INT)
+    out: str | None = None
+    overwrite: bool = False
+    check: bool = False
+    env: str | None = None
+    episodes: int = param(10, POSITIVE_INT)
+
+    def __post_init__(self) -> None:
+        from offrl.config import check_config
+
+        check_config(self)
+
+
 def _common(p) -> None:
-    p.add_argument("--dataset", required=True, help="registry name or path of the logged dataset")
-    p.add_argument("--discount", type=float, default=0.99, help="discount of the estimated value (default 0.99; 1 = undiscounted return over the data's episodes)")
-    p.add_argument("--behavior", default="auto", choices=["auto", "logged", "estimated"],
-                   help="behaviour log-probs: the dataset's infos/action_log_probs (logged), behaviour cloning (estimated), or logged when present (auto)")
-    p.add_argument("--target-std", type=float, default=0.1, help="Gaussian std around deterministic policies' actions for importance weights, in [-1, 1] action units (default 0.1)")
-    p.add_argument("--clip", type=float, default=2.0, help="per-step ratio clip of clipped_is (default 2)")
-    p.add_argument("--ci", default="bootstrap", choices=["bootstrap", "t", "hoeffding"], help="interval method (default bootstrap percentile)")
-    p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    p.add_argument("--fqe-steps", type=int, default=20_000, help="FQE gradient steps (default 20000)")
-    p.add_argument("--bc-steps", type=int, default=5000, help="behaviour-cloning steps when the behaviour policy is estimated (default 5000)")
-    p.add_argument("--fqe-seeds", type=int, default=1, help="FQE seeds averaged per policy (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="which trained seed of each run to evaluate (default 0)")
-    p.add_argument("--out", default=None, help="folder for ope.json, ope.csv and the plots (default: print only)")
-    p.add_argument("--overwrite", action="store_true", help="replace existing files in --out")
-    p.add_argument("--check", action="store_true", help="also roll the policies out in their environment and score the estimators")
-    p.add_argument("--env", default=None, help="Gymnasium id for --check (default: each policy's own)")
-    p.add_argument("--episodes", type=int, default=10, help="--check rollouts per policy (default 10)")
+    from offrl.config import add_flags
+    from offrl.ope.behavior import BehaviorConfig
+    from offrl.ope.config import OPEConfig
+
+    add_flags(p, Candidates, prefix="cand")
+    add_flags(p, OPEConfig, prefix="ope")
+    add_flags(p, BehaviorConfig, prefix="bc", only=("steps",))
 
 
 def register(subparsers) -> None:
+    from offrl.ope.config import OPE_ESTIMATORS
+
     p = subparsers.add_parser("ope", help="estimate policies' values from a dataset (off-policy evaluation)",
                               description="Estimate each policy's value on the logged dataset with importance sampling, doubly robust and FQE estimators, with confidence intervals and effective sample sizes.")
     p.add_argument("policies", nargs="*", help="run folders (`offrl train --out`; one candidate per kept checkpoint), RUN@STEP, or exported policies (`offrl export`)")
-    p.add_argument("--estimators", default=None, help="comma list from fqe,dr,wdr,is,pdis,wis,wpdis,clipped_is (default: all)")
+    p.add_argument("--estimators", default=None, help=f"comma list from {','.join(OPE_ESTIMATORS)} (default: all)")
     _common(p)
     p.set_defaults(func=run_ope)
     s = subparsers.add_parser("select", help="pick the best of several runs without the environment",
                               description="Rank candidates by an off-policy estimate and pick the best: every kept checkpoint of each run (RUN@STEP; `offrl train --keep-checkpoints`), or a run's latest, or exported policies.")
     s.add_argument("policies", nargs="*", help="candidate run folders (one candidate per kept checkpoint), RUN@STEP, or exported policies")
-    s.add_argument("--by", default="fqe", choices=["fqe", "dr", "wdr", "wis", "wpdis", "pdis", "is", "clipped_is"], help="estimator that ranks the candidates (default fqe)")
+    s.add_argument("--by", default="fqe", choices=OPE_ESTIMATORS, help="estimator that ranks the candidates (default fqe)")
     _common(s)
     s.set_defaults(func=run_select)
 
 
 # ---------------------------------------------------------------------- shared
 def _config(args, estimators):
-    from offrl.errors import ConfigError
+    """The OPE settings of the flags; every range is checked by the config (one line, exit 2)."""
+    from offrl.config import from_args
     from offrl.ope.behavior import BehaviorConfig
-    from offrl.ope.evaluate import OPEConfig
+    from offrl.ope.config import OPEConfig
 
-    for flag, value, ok, fix in (("--discount", args.discount, 0 < args.discount <= 1, "a value in (0, 1]"),
-                                 ("--confidence", args.confidence, 0 < args.confidence < 1, "a value in (0, 1), e.g. 0.95"),
-                                 ("--target-std", args.target_std, args.target_std > 0, "a positive std, e.g. 0.1"),
-                                 ("--clip", args.clip, args.clip > 0, "a positive ratio bound, e.g. 2"),
-                                 ("--bootstrap", args.bootstrap, args.bootstrap >= 10, "at least 10 resamples"),
-                                 ("--fqe-steps", args.fqe_steps, args.fqe_steps >= 1, "a positive number of steps"),
-                                 ("--fqe-seeds", args.fqe_seeds, args.fqe_seeds >= 1, "at least 1"),
-                                 ("--bc-steps", args.bc_steps, args.bc_steps >= 1, "a positive number of steps"),
-                                 ("--episodes", args.episodes, args.episodes >= 1, "at least 1")):
-        if not ok:
-            raise ConfigError(f"{flag} {value} is out of range; use {fix}.")
-    return OPEConfig(estimators=estimators, discount=args.discount, behavior=args.behavior, target_std=args.target_std,
-                     clip=args.clip, ci=args.ci, confidence=args.confidence, num_bootstrap=args.bootstrap,
-                     fqe_steps=args.fqe_steps, fqe_seeds=args.fqe_seeds, behavior_cloning=BehaviorConfig(steps=args.bc_steps))
+    return from_args(OPEConfig, args, prefix="ope", estimators=estimators,
+                     behavior_cloning=from_args(BehaviorConfig, args, prefix="bc"))
 
 
-def _outputs(args, names):
+def _outputs(cand, names):
     from pathlib import Path
 
     from offrl.errors import ConfigError
 
-    if not args.out:
+    if not cand.out:
         return {}
-    out = Path(args.out)
+    out = Path(cand.out)
     paths = {n: out / n for n in names}
     existing = [p for p in paths.values() if p.exists()]
-    if existing and not args.overwrite:
+    if existing and not cand.overwrite:
         raise ConfigError(f"{existing[0]} already exists; pass --overwrite or choose another --out.")
     return paths
 
@@ -82,24 +97,27 @@ def _evaluate(args, estimators, command):
     from offrl.ope.evaluate import evaluate_policies
     from offrl.ope.policies import load_policies
 
+    from offrl.config import from_args
+
     if not args.policies:
         raise OffrlError(f"`offrl {command}` got no candidate policies; pass one or more run folders or export folders.")
     config = _config(args, estimators)
-    files = ["ope.json", "ope.csv", "ope.png"] + (["check.png"] if args.check else [])
-    paths = _outputs(args, files)
-    policies = load_policies(args.policies, std=args.target_std, seed=args.seed)
-    dataset = load(args.dataset)
+    cand = from_args(Candidates, args, prefix="cand")
+    files = ["ope.json", "ope.csv", "ope.png"] + (["check.png"] if cand.check else [])
+    paths = _outputs(cand, files)
+    policies = load_policies(args.policies, std=config.target_std, seed=cand.seed)
+    dataset = load(cand.dataset)
     from rich.console import Console
 
     console = Console(stderr=True)
     with console.status("off-policy evaluation") as status:
         report = evaluate_policies(policies, dataset, config, progress=lambda text: status.update(text))
     truth = None
-    if args.check:
+    if cand.check:
         from offrl.ope.check import true_values
 
-        with console.status(f"--check: rolling out {len(policies)} policies x {args.episodes} episodes"):
-            truth = true_values(policies, args.env, args.episodes, args.discount)
+        with console.status(f"--check: rolling out {len(policies)} policies x {cand.episodes} episodes"):
+            truth = true_values(policies, cand.env, cand.episodes, config.discount)
     return report, truth, paths, dataset
 
 
@@ -200,7 +218,7 @@ def run_ope(args) -> int:
     from offrl.ope.evaluate import parse_estimators
 
     report, truth, paths, dataset = _evaluate(args, parse_estimators(args.estimators), "ope")
-    _print_report(report, truth, dataset, f"off-policy estimates on {args.dataset}")
+    _print_report(report, truth, dataset, f"off-policy estimates on {args.cand__dataset}")
     metrics = _print_check(report, truth) if truth else None
     _write(report, truth, paths, {"check_metrics": metrics} if metrics else None)
     return 0
@@ -210,7 +228,7 @@ def run_select(args) -> int:
     from offrl.ope.select import choose, selection_regret
 
     report, truth, paths, dataset = _evaluate(args, (args.by,), "select")
-    _print_report(report, truth, dataset, f"candidates ranked by {args.by} on {args.dataset}")
+    _print_report(report, truth, dataset, f"candidates ranked by {args.by} on {args.cand__dataset}")
     choice = choose(report, args.by)
     r = report.results[choice][args.by]
     console = _console()

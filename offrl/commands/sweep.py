@@ -1,11 +1,61 @@
-"""``offrl sweep``: a hyperparameter grid x seeds, traced fields in one vmapped program (see offrl.sweeps)."""
+"""``offrl sweep``: a hyperparameter grid x seeds, traced fields in one vmapped program (see offrl.sweeps).
+
+Run flags come from :class:`offrl.settings.RunSettings` (defaults: :func:`offrl.sweeps.sweep`'s),
+the sweep's own from :class:`SweepOptions`.
+"""
 
 from __future__ import annotations
 
-from offrl.commands.train import ALGORITHM_CHOICES, parse_set
+from dataclasses import dataclass
+from typing import ClassVar
+
+from offrl.config import POSITIVE_INT, OneOf, OrNone, check_config, param
+
+#: the RunSettings fields that are flags of ``offrl sweep``.
+SWEEP_SETTINGS = ("steps", "seeds", "seed", "eval_every", "eval_episodes", "log_every", "env", "out", "devices", "progress")
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How the grid is searched and where its programs run.
+
+    traced: comma-separated grid fields to trace in one program (default: every traceable grid field); a field
+      the algorithm cannot trace is an error.
+    backend: local: programs one after another here; ray: one Ray Tune trial per configuration (needs offrl[sweep]).
+    address: Ray cluster to join (HOST:PORT or auto; default: start Ray on this machine).
+    search: Ray search: every grid point, or --num-samples draws (random/optuna; FIELD=LOW:HIGH[:log] ranges allowed).
+    scheduler: Ray scheduler; asha stops poor trials early on the evaluation score.
+    num_samples: trials drawn by --search random/optuna.
+    """
+
+    COMMAND_FLAGS: ClassVar[bool] = True
+
+    traced: str | None = None
+    backend: str = param("local", OneOf(("local", "ray")))
+    address: str | None = None
+    search: str = param("grid", OneOf(("grid", "random", "optuna")))
+    scheduler: str | None = param(None, OrNone(OneOf(("fifo", "asha"))))
+    num_samples: int = param(10, POSITIVE_INT)
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+
+def sweep_defaults() -> dict:
+    """The defaults of :func:`offrl.sweeps.sweep` for the shared run flags."""
+    import inspect
+
+    from offrl.sweeps.local import sweep
+
+    parameters = inspect.signature(sweep).parameters
+    return {name: parameters[name].default for name in SWEEP_SETTINGS if name in parameters}
 
 
 def register(subparsers) -> None:
+    from offrl.commands.train import algo_help
+    from offrl.config import add_flags
+    from offrl.settings import RunSettings
+
     p = subparsers.add_parser(
         "sweep", help="train a hyperparameter grid x seeds as vmapped compiled programs",
         description="Train every configuration of the --grid with --seeds seeds. Fields an algorithm can trace "
@@ -13,46 +63,38 @@ def register(subparsers) -> None:
                     "shape-changing fields (hidden_dims, batch_size) and optimiser settings split into separate programs. "
                     "Writes one run folder per configuration (usable by offrl evaluate/plot/export), sweep.json, sweep.csv "
                     "and, for a 2-D grid, heatmap.png to --out.")
-    p.add_argument("--algo", default="iql", help=f"algorithm: {', '.join(ALGORITHM_CHOICES)} (default iql)")
+    p.add_argument("--algo", default="iql", help=algo_help("iql"))
     p.add_argument("--dataset", required=True, help="registry name or path of the dataset")
     p.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                    help="a config field and its values (repeatable); values of tuple fields are separated by ';' (hidden_dims=64,64;256,256)")
-    p.add_argument("--traced", default=None, metavar="FIELD,...",
-                   help="grid fields to trace in one program (default: every traceable grid field); a field the algorithm cannot trace is an error")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
-    p.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
-    p.add_argument("--steps", type=int, default=100_000, help="gradient steps (default 100000)")
-    p.add_argument("--eval-every", type=int, default=10_000, help="steps between evaluations (default 10000)")
-    p.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation and member (default 10; 0 = none)")
-    p.add_argument("--log-every", type=int, default=1000, help="steps per scanned chunk / metrics row (default 1000)")
-    p.add_argument("--env", default=None, help="Gymnasium id for evaluation (default: the dataset's env_id)")
+    add_flags(p, RunSettings, prefix="run", only=SWEEP_SETTINGS, defaults=sweep_defaults(),
+              shown={"out": "sweeps/<algo>-<dataset>", "devices": "one device"})
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="fixed config override for every configuration (repeatable)")
-    p.add_argument("--devices", type=int, default=None, help="shard the members over this many devices (default: one)")
-    p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="local: programs one after another here (default); ray: one Ray Tune trial per configuration (needs offrl[sweep])")
-    p.add_argument("--address", default=None, help="Ray cluster to join (HOST:PORT or auto; default: start Ray on this machine)")
-    p.add_argument("--search", choices=("grid", "random", "optuna"), default="grid",
-                   help="Ray search: every grid point, or --num-samples draws (random/optuna; FIELD=LOW:HIGH[:log] ranges allowed)")
-    p.add_argument("--scheduler", choices=("fifo", "asha"), default=None, help="Ray scheduler; asha stops poor trials early on the evaluation score")
-    p.add_argument("--num-samples", type=int, default=10, help="trials drawn by --search random/optuna (default 10)")
-    p.add_argument("--out", default=None, help="sweep folder (default sweeps/<algo>-<dataset>)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_flags(p, SweepOptions, prefix="sweep")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from pathlib import Path
 
+    from offrl.commands.train import parse_set
+    from offrl.config import from_args
     from offrl.envs import check_env_id
+    from offrl.errors import ConfigError
+    from offrl.settings import RunSettings
     from offrl.sweeps import sweep
 
-    check_env_id(args.env)
-    out = args.out or f"sweeps/{args.algo}-{Path(str(args.dataset)).stem}"
-    traced = None if args.traced is None else [f for f in args.traced.split(",") if f.strip()]
-    result = sweep(algo=args.algo, dataset=args.dataset, grid=args.grid, seeds=args.seeds, steps=args.steps, seed=args.seed,
-                   eval_every=args.eval_every, eval_episodes=args.eval_episodes, out=out,
-                   config_overrides=parse_set(args.set), env=args.env, traced=traced, log_every=args.log_every,
-                   devices=args.devices, progress=not args.no_progress, backend=args.backend, address=args.address,
-                   search=args.search, scheduler=args.scheduler, num_samples=args.num_samples)
+    settings = from_args(RunSettings, args, prefix="run")
+    options = from_args(SweepOptions, args, prefix="sweep")
+    if settings.devices == "auto":
+        raise ConfigError("--devices auto is not available for offrl sweep; pass a number of devices, e.g. --devices 2.")
+    check_env_id(settings.env)
+    out = settings.out or f"sweeps/{args.algo}-{Path(str(args.dataset)).stem}"
+    traced = None if options.traced is None else [f for f in options.traced.split(",") if f.strip()]
+    result = sweep(algo=args.algo, dataset=args.dataset, grid=args.grid, seeds=settings.seeds, steps=settings.steps,
+                   seed=settings.seed, eval_every=settings.eval_every, eval_episodes=settings.eval_episodes, out=out,
+                   config_overrides=parse_set(args.set), env=settings.env, traced=traced, log_every=settings.log_every,
+                   devices=settings.devices, progress=settings.progress, backend=options.backend, address=options.address,
+                   search=options.search, scheduler=options.scheduler, num_samples=options.num_samples)
     result.print_table()
     return 0

@@ -1,45 +1,59 @@
-"""``offrl train``: train an offline RL algorithm on a dataset (see offrl.engine.train)."""
+"""``offrl train``: train an offline RL algorithm on a dataset (see offrl.engine.train).
+
+The run flags are generated from :class:`offrl.settings.RunSettings`; the algorithm's own
+fields are set with ``--set FIELD=VALUE`` (or ``--config.FIELD VALUE``) and listed, with
+defaults and valid values, by ``offrl train --algo NAME --list-fields``.
+"""
 
 from __future__ import annotations
 
-import argparse
-import ast
 from pathlib import Path
 
-ALGORITHM_CHOICES = ("bc", "td3", "td3_bc", "iql", "cql", "cal_ql", "awac", "bcq", "dt", "tt", "diffuser",
-                     "discrete_bc", "dqn", "double_dqn", "discrete_cql", "discrete_bcq", "discrete_iql")
+#: the RunSettings fields that are flags of ``offrl train`` (all of them).
+TRAIN_SETTINGS = ("steps", "seeds", "seed", "eval_every", "eval_episodes", "log_every", "env", "out", "resume",
+                  "progress", "devices", "tensorboard", "wandb", "keep_checkpoints")
 
 
-def config_field_names() -> list[str]:
-    """Config fields of every algorithm file, read with ``ast`` so ``--help`` stays JAX-free."""
-    names: list[str] = []
-    folder = Path(__file__).resolve().parent.parent / "algos"
-    for path in sorted(folder.glob("*.py")):
-        try:
-            tree = ast.parse(path.read_text())
-        except (OSError, SyntaxError):
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef) and node.name == "Config":
-                for item in node.body:
-                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id not in names:
-                        names.append(item.target.id)
-    return names
+def algo_help(default: str) -> str:
+    """``--algo``'s help: the registry's names (no algorithm module is imported)."""
+    from offrl.algos import ALGORITHM_NAMES
+
+    return f"algorithm: {', '.join(ALGORITHM_NAMES)} (default {default}; offrl train --algo NAME --list-fields shows its config)"
 
 
-def unknown_config_flag_message(algo: str, flag: str) -> str:
-    """One sentence for a ``--config.FIELD`` that no algorithm has (argparse alone would only say
-    "unrecognized arguments"): the flag, then the config layer's own unknown-field message."""
+def known_fields(config_cls) -> set[str]:
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(config_cls)} | set(getattr(config_cls, "RENAMED", {}))
+
+
+def config_overrides(algo: str, set_items: list[str] | None, config_flags) -> dict[str, str]:
+    """``{field: text}`` of ``--set`` and ``--config.FIELD VALUE``; an unknown ``--config`` field or a
+    missing value is one sentence naming the flag (the algorithm is imported here)."""
     from offrl.algos import get_algorithm
     from offrl.algos.common import apply_overrides
     from offrl.errors import ConfigError
 
-    flag = flag.split("=", 1)[0]
-    try:
-        apply_overrides(get_algorithm(algo).Config(), {flag[len("--config."):]: ""})
-    except ConfigError as exc:
-        return f"{flag}: {exc}"
-    return f"{flag} is not a config field of --algo {algo}."
+    overrides = parse_set(set_items)
+    config_cls = get_algorithm(algo).Config
+    for flag, value in config_flags or ():
+        name = flag[len("--config."):]
+        if name.replace("-", "_") not in known_fields(config_cls):
+            try:
+                apply_overrides(config_cls(), {name: ""})
+            except ConfigError as exc:
+                raise ConfigError(f"{flag}: {exc}") from None
+        if value is None:
+            raise ConfigError(f"{flag} needs a value, e.g. {flag} {_example_value(config_cls, name)}.")
+        overrides[name] = value
+    return overrides
+
+
+def _example_value(config_cls, name: str) -> str:
+    import dataclasses
+
+    default = next((f.default for f in dataclasses.fields(config_cls) if f.name == name.replace("-", "_")), None)
+    return ",".join(map(str, default)) if isinstance(default, tuple) else str(default)
 
 
 def parse_set(values: list[str] | None) -> dict[str, str]:
@@ -54,63 +68,81 @@ def parse_set(values: list[str] | None) -> dict[str, str]:
     return out
 
 
+def config_table(algo: str) -> list[tuple[str, str, str]]:
+    """``(field, default, valid values)`` for every config field of ``algo``."""
+    import dataclasses
+
+    from offrl.algos import get_algorithm
+    from offrl.config import VALID
+
+    rows = []
+    for f in dataclasses.fields(get_algorithm(algo).Config):
+        default = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else str(f.default)
+        rows.append((f.name, default, str(f.metadata.get(VALID, "any value"))))
+    return rows
+
+
+def print_config_table(algo: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"config fields of --algo {algo} (set with --set FIELD=VALUE)")
+    for title in ("field", "default", "valid values"):
+        table.add_column(title)
+    for row in config_table(algo):
+        table.add_row(*row)
+    Console().print(table)
+
+
 def register(subparsers) -> None:
+    from offrl.config import add_flags
+    from offrl.settings import RunSettings
+
     p = subparsers.add_parser("train", help="train an offline RL algorithm on a dataset",
                               description="Train an offline RL algorithm; writes config.json, metrics.jsonl/csv, checkpoints/ and plots/ to --out.")
-    p.add_argument("--algo", default="iql", help=f"algorithm: {', '.join(ALGORITHM_CHOICES)} (default iql)")
+    p.add_argument("--algo", default="iql", help=algo_help("iql"))
     p.add_argument("--dataset", help="registry name or path of the dataset (.hdf5/.npz/minari folder)")
-    p.add_argument("--env", default=None, help="Gymnasium id for evaluation (default: the dataset's env_id)")
-    p.add_argument("--steps", type=int, default=100_000, help="gradient steps (default 100000)")
-    p.add_argument("--seeds", type=int, default=1, help="independent seeds trained together with vmap (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
-    p.add_argument("--eval-every", type=int, default=10_000, help="steps between evaluations (default 10000)")
-    p.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation and seed (default 10; 0 = none)")
-    p.add_argument("--log-every", type=int, default=1000, help="steps per scanned chunk / metrics row (default 1000)")
-    p.add_argument("--out", default=None, help="run folder (default runs/<algo>-<dataset>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    add_flags(p, RunSettings, prefix="run", only=TRAIN_SETTINGS, shown={"out": "runs/<algo>-<dataset>"})
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a config field (repeatable), e.g. --set expectile=0.8; --config.expectile 0.8 works too")
-    p.add_argument("--tensorboard", action="store_true", help="also log to TensorBoard (needs tensorboardX)")
-    p.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (needs wandb)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint of every evaluation step (default: the latest only); `offrl select RUN` then ranks them all")
     p.add_argument("--select-by", default=None, metavar="ESTIMATOR", help="after training, pick the checkpoint with the best off-policy estimate (fqe, dr, wis, ...) on the run's dataset and write RUN/selected.json; implies --keep-checkpoints")
-    p.add_argument("--devices", default=None, metavar="N|auto", help="shard the seeds (one seed: the batch axis) over N devices, data replicated; auto: as many as divide it (default: one device)")
-    for name in config_field_names():  # --config.FIELD VALUE, hidden from --help (same as --set)
-        p.add_argument(f"--config.{name}", dest=f"config__{name}", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    p.set_defaults(func=run)
+    p.add_argument("--list-fields", action="store_true", help="print the config fields of --algo with their defaults and valid values, and exit")
+    p.set_defaults(func=run, accepts_config_flags=True)
 
 
 def run(args) -> int:
+    import dataclasses
+
+    from offrl.config import from_args
     from offrl.engine import train
-    from offrl.errors import ConfigError
-
     from offrl.envs import check_env_id
+    from offrl.errors import ConfigError
+    from offrl.settings import RunSettings
 
-    if not args.dataset and not args.resume:
+    if args.list_fields:
+        print_config_table(args.algo)
+        return 0
+    settings = from_args(RunSettings, args, prefix="run")
+    overrides = config_overrides(args.algo, args.set, getattr(args, "config_flags", ()))
+    if not args.dataset and not settings.resume:
         raise ConfigError("offrl train needs --dataset NAME|PATH (or --resume with --out).")
-    check_env_id(args.env)
-    select_by = getattr(args, "select_by", None)
+    check_env_id(settings.env)
+    select_by = args.select_by
     if select_by is not None:
-        from offrl.ope.evaluate import OPE_ESTIMATORS
+        from offrl.ope.config import OPE_ESTIMATORS
 
         if select_by not in OPE_ESTIMATORS:
             raise ConfigError(f"--select-by {select_by!r} is not an estimator; choose one of {', '.join(OPE_ESTIMATORS)} (e.g. fqe).")
-    overrides = parse_set(args.set)
-    overrides.update({k[len("config__"):]: v for k, v in vars(args).items() if k.startswith("config__")})
     dataset = args.dataset
-    out = args.out or f"runs/{args.algo}-{Path(str(dataset)).stem if dataset else 'run'}"
-    if args.resume and not dataset:
+    out = settings.out or f"runs/{args.algo}-{Path(str(dataset)).stem if dataset else 'run'}"
+    if settings.resume and not dataset:
         import json
 
         record = json.loads((Path(out) / "config.json").read_text()) if (Path(out) / "config.json").exists() else {}
         dataset = record.get("settings", {}).get("dataset")
         if not dataset:
             raise ConfigError(f"--resume: cannot find the dataset of {out}; pass --dataset.")
-    run_ = train(algo=args.algo, dataset=dataset, steps=args.steps, seeds=args.seeds, seed=args.seed,
-                 eval_every=args.eval_every, eval_episodes=args.eval_episodes, out=out, config_overrides=overrides,
-                 env=args.env, resume=args.resume, log_every=args.log_every, tensorboard=args.tensorboard,
-                 wandb=args.wandb, progress=not args.no_progress, devices=args.devices,
-                 keep_checkpoints=args.keep_checkpoints or select_by is not None)
+    settings = dataclasses.replace(settings, out=out, keep_checkpoints=settings.keep_checkpoints or select_by is not None)
+    run_ = train(algo=args.algo, dataset=dataset, config_overrides=overrides, **settings.train_kwargs())
     print_run_table(run_)
     if select_by is not None:
         print_selection(run_, select_by)
@@ -119,7 +151,7 @@ def run(args) -> int:
 
 def print_selection(run_, by: str) -> None:
     """Rank the run's kept checkpoints by ``by`` on its own dataset; write and report selected.json."""
-    from offrl.ope.evaluate import OPEConfig
+    from offrl.ope.config import OPEConfig
     from offrl.ope.select import SELECTED, select_checkpoint
 
     record = select_checkpoint(run_.path, by, config=OPEConfig(discount=getattr(run_.config, "discount", 0.99)))

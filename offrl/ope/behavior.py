@@ -18,9 +18,11 @@ actions, which shrinks the weights of off-data actions: treat such estimates as 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from offrl.config import ANY_INT, LEARNING_RATE, POSITIVE_INT, WIDTHS, param
 from offrl.errors import OffrlError
 
 BEHAVIOR_MODES = ("auto", "logged", "estimated")
@@ -28,13 +30,22 @@ BEHAVIOR_MODES = ("auto", "logged", "estimated")
 
 @dataclass(frozen=True)
 class BehaviorConfig:
-    """Behaviour-cloning settings for an estimated behaviour policy."""
+    """Behaviour-cloning settings for an estimated behaviour policy.
 
-    hidden_dims: tuple[int, ...] = (256, 256)   # MLP trunk of the Gaussian
-    steps: int = 5000                           # gradient steps (minibatches)
-    batch_size: int = 256
-    learning_rate: float = 3e-4
-    seed: int = 0
+    hidden_dims: MLP trunk of the Gaussian.
+    steps: behaviour-cloning gradient steps (minibatches).
+    batch_size: minibatch size.
+    learning_rate: Adam learning rate.
+    seed: seed of the initialisation and the minibatches.
+    """
+
+    COMMAND_FLAGS: ClassVar[bool] = True
+
+    hidden_dims: tuple[int, ...] = param((256, 256), WIDTHS, flag=False)
+    steps: int = param(5000, POSITIVE_INT, flag="--bc-steps")
+    batch_size: int = param(256, POSITIVE_INT, flag="--bc-batch-size")
+    learning_rate: float = param(3e-4, LEARNING_RATE, flag="--bc-learning-rate")
+    seed: int = param(0, ANY_INT, flag=False)
 
 
 def behavior_log_probs(dataset, mode: str = "auto", discrete: bool = False,

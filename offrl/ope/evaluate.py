@@ -23,37 +23,15 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from offrl.errors import OffrlError
 from offrl.ope import estimators as est
-from offrl.ope.behavior import BehaviorConfig, behavior_log_probs
-from offrl.ope.fqe import FQEConfig
-from offrl.ope.policies import DEFAULT_TARGET_STD, check_policy_matches
-
-#: names accepted by ``--estimators`` (``fqe`` is the direct method with FQE's Q).
-OPE_ESTIMATORS = ("fqe", "dr", "wdr", "is", "pdis", "wis", "wpdis", "clipped_is")
-DEFAULT_ESTIMATORS = ("fqe", "dr", "wdr", "wis", "wpdis", "pdis", "is", "clipped_is")
-
-
-@dataclass(frozen=True)
-class OPEConfig:
-    estimators: tuple[str, ...] = DEFAULT_ESTIMATORS
-    discount: float = 0.99
-    behavior: str = "auto"                      # auto | logged | estimated
-    target_std: float = DEFAULT_TARGET_STD      # Gaussian std around deterministic policies (normalised units)
-    clip: float = est.DEFAULT_CLIP              # per-step ratio clip of clipped_is
-    ci: str = "bootstrap"
-    confidence: float = 0.95
-    num_bootstrap: int = 1000
-    fqe_steps: int = 20_000
-    fqe_seeds: int = 1
-    fqe: FQEConfig = field(default_factory=FQEConfig)
-    behavior_cloning: BehaviorConfig = field(default_factory=BehaviorConfig)
-    seed: int = 0
-
+from offrl.ope.behavior import behavior_log_probs
+from offrl.ope.config import DEFAULT_ESTIMATORS, OPE_ESTIMATORS, OPEConfig
+from offrl.ope.policies import check_policy_matches
 
 @dataclass
 class OPEReport:

@@ -3,9 +3,10 @@
 Every option is a field of a frozen dataclass, documented in the class docstring as
 ``name: text``; ``add_config_flags`` turns the fields into ``--name`` flags (defaults, types,
 choices and help all read from the dataclass, so the CLI cannot drift from the API) and
-``config_from_args`` builds the config back. Range rules live in each field's metadata and are
-checked when a config is built, from Python or from the command line, with one sentence that
-names the flag, the value, the valid range and the default.
+``config_from_args`` builds the config back. Valid values are declared per field with
+:func:`offrl.config.param`, the vocabulary the RL configs use too, and checked when a config is
+built, from Python or from the command line, by the one checker :func:`offrl.config.check_config`:
+one sentence naming the flag, the value, the valid range and the default.
 
 This module imports neither torch nor transformers: ``offrl prefs --help`` stays light.
 
@@ -19,77 +20,40 @@ Example::
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import typing
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import functools
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
-from offrl.errors import ConfigError
+from offrl import config as _vocabulary
+from offrl.config import (NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, UNIT, Interval, OneOf, OrNone,
+                          field_docs, param)
 
 PREFERENCE_LOSSES = ("dpo", "ipo", "cdpo", "rdpo", "kto")
 
-
-def _rule(choices: tuple | None = None, gt: float | None = None, ge: float | None = None,
-          lt: float | None = None, le: float | None = None, cli: bool = True) -> dict[str, Any]:
-    return {"choices": choices, "gt": gt, "ge": ge, "lt": lt, "le": le, "cli": cli}
-
-
-def _field(default, **rule):
-    return field(default=default, metadata=_rule(**rule))
+#: the one checker, wording its sentences for these configs' ``--flag`` form.
+check_config = functools.partial(_vocabulary.check_config, flags=True)
 
 
 def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _range_text(meta: dict[str, Any]) -> str:
-    if meta.get("choices"):
-        return "one of " + ", ".join(str(c) for c in meta["choices"])
-    parts = []
-    for key, sym in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
-        if meta.get(key) is not None:
-            parts.append(f"{sym} {meta[key]:g}")
-    return " and ".join(parts)
+def bounded(default, choices: tuple | None = None, gt: float | None = None, ge: float | None = None,
+           lt: float | None = None, le: float | None = None, cli: bool = True):
+    """``param(default, spec)`` with the spec written as bounds (kept for :mod:`offrl.prefs.task`):
+    ``gt``/``lt`` are open ends, ``ge``/``le`` closed ones; an ``int`` default makes an integer range."""
+    if choices:
+        spec = OneOf(tuple(choices))
+    else:
+        low = gt if gt is not None else ge if ge is not None else -math.inf
+        high = lt if lt is not None else le if le is not None else math.inf
+        ends = ("(" if gt is not None else "[") + (")" if lt is not None else "]")
+        spec = Interval(low, high, ends, integer=isinstance(default, int) and not isinstance(default, bool))
+    return param(default, OrNone(spec) if default is None else spec, flag=None if cli else False)
 
 
-def check_config(config) -> None:
-    """Raise :class:`ConfigError` (one sentence) for the first field outside its documented range."""
-    for f in dataclasses.fields(config):
-        meta, value = f.metadata, getattr(config, f.name)
-        if not meta or value is None:
-            continue
-        bad = False
-        if meta.get("choices") and value not in meta["choices"]:
-            bad = True
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            bad = ((meta.get("gt") is not None and not value > meta["gt"])
-                   or (meta.get("ge") is not None and not value >= meta["ge"])
-                   or (meta.get("lt") is not None and not value < meta["lt"])
-                   or (meta.get("le") is not None and not value <= meta["le"]))
-        if bad:
-            raise ConfigError(f"{flag_name(f.name)} {value} is invalid: it must be {_range_text(meta)} "
-                              f"(default {f.default}).")
-
-
-def field_docs(cls) -> dict[str, str]:
-    """``name: text`` lines of the class docstrings along the MRO (continuation lines are joined)."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        current = None
-        for line in (klass.__doc__ or "").splitlines():
-            stripped = line.strip()
-            head, sep, rest = stripped.partition(":")
-            names = [n.strip() for n in head.split("/")]
-            if sep and names and all(n.isidentifier() for n in names) and line.startswith("    ") and not line.startswith("      "):
-                current = names
-                for n in names:
-                    docs[n] = rest.strip()
-            elif current and stripped and line.startswith("      "):
-                for n in current:
-                    docs[n] += " " + stripped
-            else:
-                current = None
-    return docs
+_field = bounded  # the name offrl.prefs.task imports
 
 
 @dataclass(frozen=True)
@@ -114,21 +78,23 @@ class TrainConfig:
       (the effective batch is batch_size x this; steps counts optimizer steps).
     """
 
-    steps: int = _field(200, gt=0)
-    batch_size: int = _field(32, gt=0)
-    lr: float = _field(5e-6, gt=0)
-    weight_decay: float = _field(0.0, ge=0)
-    warmup_steps: int = _field(10, ge=0)
-    grad_clip: float = _field(1.0, ge=0)
-    max_length: int = _field(512, gt=1)
-    max_prompt_length: int | None = _field(None, gt=0)
-    bad_rows: str = _field("drop", choices=("drop", "raise"))
-    eval_fraction: float = _field(0.1, ge=0, lt=1)
-    log_every: int = _field(20, gt=0)
-    save_every: int = _field(0, ge=0)
+    COMMAND_FLAGS: ClassVar[bool] = True
+
+    steps: int = param(200, POSITIVE_INT)
+    batch_size: int = param(32, POSITIVE_INT)
+    lr: float = param(5e-6, POSITIVE)
+    weight_decay: float = param(0.0, NON_NEGATIVE)
+    warmup_steps: int = param(10, NON_NEGATIVE_INT)
+    grad_clip: float = param(1.0, NON_NEGATIVE)
+    max_length: int = param(512, Interval(1, math.inf, "()", integer=True))
+    max_prompt_length: int | None = param(None, OrNone(POSITIVE_INT))
+    bad_rows: str = param("drop", OneOf(("drop", "raise")))
+    eval_fraction: float = param(0.1, Interval(0.0, 1.0, "[)"))
+    log_every: int = param(20, POSITIVE_INT)
+    save_every: int = param(0, NON_NEGATIVE_INT)
     seed: int = 0
-    mixed_precision: str = _field("auto", choices=("auto", "no", "bf16", "fp16"))
-    gradient_accumulation_steps: int = _field(1, gt=0)
+    mixed_precision: str = param("auto", OneOf(("auto", "no", "bf16", "fp16")))
+    gradient_accumulation_steps: int = param(1, POSITIVE_INT)
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -141,7 +107,7 @@ class TrainConfig:
 class SFTConfig(TrainConfig):
     """Supervised fine-tuning on demonstrations (behaviour cloning: SFT = BC)."""
 
-    lr: float = _field(1e-4, gt=0)
+    lr: float = param(1e-4, POSITIVE)
 
 
 @dataclass(frozen=True)
@@ -154,9 +120,9 @@ class RewardModelConfig(TrainConfig):
       saved as <out>/member_<k>/; their heads are pooled (M*K rewards per completion).
     """
 
-    lr: float = _field(1e-4, gt=0)
-    heads: int = _field(1, gt=0)
-    models: int = _field(1, gt=0)
+    lr: float = param(1e-4, POSITIVE)
+    heads: int = param(1, POSITIVE_INT)
+    models: int = param(1, POSITIVE_INT)
 
 
 @dataclass(frozen=True)
@@ -175,63 +141,29 @@ class PreferenceConfig(TrainConfig):
     kl_max_new_tokens: sampled completion length for the KL monitor.
     """
 
-    loss: str = _field("dpo", choices=PREFERENCE_LOSSES)
-    beta: float = _field(0.1, gt=0)
-    label_smoothing: float = _field(0.0, ge=0, lt=0.5)
+    loss: str = param("dpo", OneOf(PREFERENCE_LOSSES))
+    beta: float = param(0.1, POSITIVE)
+    label_smoothing: float = param(0.0, Interval(0.0, 0.5, "[)"))
     length_normalize: bool | None = None
-    desirable_weight: float = _field(1.0, ge=0)
-    undesirable_weight: float = _field(1.0, ge=0)
+    desirable_weight: float = param(1.0, NON_NEGATIVE)
+    undesirable_weight: float = param(1.0, NON_NEGATIVE)
     reference: str | None = None
-    kl_prompts: int = _field(32, ge=0)
-    kl_max_new_tokens: int = _field(32, gt=0)
+    kl_prompts: int = param(32, NON_NEGATIVE_INT)
+    kl_max_new_tokens: int = param(32, POSITIVE_INT)
 
 
 # --------------------------------------------------------------------------- flags
 
 
-def _base_type(hint) -> tuple[type, bool]:
-    """(scalar type, optional?) of a field annotation such as ``int``, ``float | None``."""
-    args = typing.get_args(hint)
-    if args:
-        inner = [a for a in args if a is not type(None)]
-        return inner[0], len(inner) < len(args)
-    return hint, False
-
-
 def add_config_flags(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = (),
                      defaults: dict[str, Any] | None = None) -> None:
-    """One ``--flag`` per scalar field of ``cls`` (minus ``skip``), with the field's default, type,
-    choices and docstring help. ``defaults`` overrides shown defaults for this command only."""
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    defaults = defaults or {}
-    for f in dataclasses.fields(cls):
-        if f.name in skip or not f.metadata.get("cli", True):
-            continue
-        typ, optional = _base_type(hints[f.name])
-        if typ not in (int, float, str, bool):
-            continue
-        default = defaults.get(f.name, f.default)
-        help_text = docs.get(f.name, "").rstrip(".")
-        kwargs: dict[str, Any] = {"dest": f"cfg__{f.name}", "default": default}
-        if typ is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        else:
-            kwargs["type"] = typ
-            if f.metadata.get("choices"):
-                kwargs["choices"] = f.metadata["choices"]
-            kwargs["metavar"] = f.name.upper() if not f.metadata.get("choices") else None
-        if typ is not bool:
-            help_text += f" (default {default})" if default is not None else " (optional)"
-        parser.add_argument(flag_name(f.name), help=help_text.replace("%", "%%"), **kwargs)
+    """One ``--flag`` per scalar field of ``cls`` (minus ``skip``): :func:`offrl.config.add_flags`."""
+    _vocabulary.add_flags(parser, cls, prefix="cfg", skip=skip, defaults=defaults)
 
 
 def config_from_args(cls, args: argparse.Namespace, **fixed):
     """Build ``cls`` from the ``cfg__*`` values of ``args`` plus ``fixed`` fields (validated)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    values = {k[len("cfg__"):]: v for k, v in vars(args).items() if k.startswith("cfg__") and k[len("cfg__"):] in names}
-    values.update(fixed)
-    return cls(**values)
+    return _vocabulary.from_args(cls, args, prefix="cfg", **fixed)
 
 
 # --------------------------------------------------------------------------- online RLHF
@@ -270,27 +202,29 @@ class PolicyGradientConfig:
     tensorboard: also write the metrics to TensorBoard (needs tensorboardX) beside metrics.jsonl/csv.
     """
 
-    steps: int = _field(100, gt=0)
-    batch_size: int = _field(32, gt=0)
-    lr: float = _field(1e-5, gt=0)
-    weight_decay: float = _field(0.0, ge=0)
-    warmup_steps: int = _field(0, ge=0)
-    grad_clip: float = _field(1.0, ge=0)
-    max_new_tokens: int = _field(16, gt=0)
-    temperature: float = _field(1.0, gt=0)
-    kl_coef: float = _field(0.05, ge=0)
-    kl_estimator: str = _field("k1", choices=KL_ESTIMATORS)
-    kl_target: float | None = _field(None, gt=0)
-    kl_horizon: float = _field(10000.0, gt=0)
-    kl_budget: float = _field(0.0, ge=0)
-    epochs: int = _field(4, gt=0)
-    minibatches: int = _field(1, gt=0)
-    clip_range: float = _field(0.2, gt=0)
+    COMMAND_FLAGS: ClassVar[bool] = True
+
+    steps: int = param(100, POSITIVE_INT)
+    batch_size: int = param(32, POSITIVE_INT)
+    lr: float = param(1e-5, POSITIVE)
+    weight_decay: float = param(0.0, NON_NEGATIVE)
+    warmup_steps: int = param(0, NON_NEGATIVE_INT)
+    grad_clip: float = param(1.0, NON_NEGATIVE)
+    max_new_tokens: int = param(16, POSITIVE_INT)
+    temperature: float = param(1.0, POSITIVE)
+    kl_coef: float = param(0.05, NON_NEGATIVE)
+    kl_estimator: str = param("k1", OneOf(KL_ESTIMATORS))
+    kl_target: float | None = param(None, OrNone(POSITIVE))
+    kl_horizon: float = param(10000.0, POSITIVE)
+    kl_budget: float = param(0.0, NON_NEGATIVE)
+    epochs: int = param(4, POSITIVE_INT)
+    minibatches: int = param(1, POSITIVE_INT)
+    clip_range: float = param(0.2, POSITIVE)
     reward_model: str | None = None
-    uncertainty_penalty: float = _field(0.0, ge=0)
+    uncertainty_penalty: float = param(0.0, NON_NEGATIVE)
     whiten_rewards: bool = False
-    log_every: int = _field(1, gt=0)
-    save_every: int = _field(0, ge=0)
+    log_every: int = param(1, POSITIVE_INT)
+    save_every: int = param(0, NON_NEGATIVE_INT)
     seed: int = 0
     tensorboard: bool = False
 
@@ -313,10 +247,10 @@ class PPOConfig(PolicyGradientConfig):
       whose last hidden state feeds the value head).
     """
 
-    gamma: float = _field(1.0, ge=0, le=1)
-    lam: float = _field(0.95, ge=0, le=1)
-    vf_coef: float = _field(0.1, ge=0)
-    value_clip: float = _field(0.2, gt=0)
+    gamma: float = param(1.0, UNIT)
+    lam: float = param(0.95, UNIT)
+    vf_coef: float = param(0.1, NON_NEGATIVE)
+    value_clip: float = param(0.2, POSITIVE)
     value_model: str = "shared"
 
 
@@ -331,11 +265,11 @@ class GRPOConfig(PolicyGradientConfig):
     scale_rewards: divide GRPO's centred rewards by the group's std.
     """
 
-    kl_coef: float = _field(0.04, ge=0)
-    kl_estimator: str = _field("k3", choices=KL_ESTIMATORS)
-    epochs: int = _field(1, gt=0)
-    estimator: str = _field("grpo", choices=GROUP_ESTIMATORS)
-    group_size: int = _field(4, ge=2)
+    kl_coef: float = param(0.04, NON_NEGATIVE)
+    kl_estimator: str = param("k3", OneOf(KL_ESTIMATORS))
+    epochs: int = param(1, POSITIVE_INT)
+    estimator: str = param("grpo", OneOf(GROUP_ESTIMATORS))
+    group_size: int = param(4, Interval(2, math.inf, "[)", integer=True))
     scale_rewards: bool = True
 
 
@@ -361,19 +295,21 @@ class IterateConfig:
     seed: random seed.
     """
 
-    rounds: int = _field(3, gt=0)
-    prompts_per_round: int = _field(500, gt=0)
-    samples: int = _field(4, ge=2)
-    max_new_tokens: int = _field(10, gt=0)
+    COMMAND_FLAGS: ClassVar[bool] = True
+
+    rounds: int = param(3, POSITIVE_INT)
+    prompts_per_round: int = param(500, POSITIVE_INT)
+    samples: int = param(4, Interval(2, math.inf, "[)", integer=True))
+    max_new_tokens: int = param(10, POSITIVE_INT)
     judge: str = "digits"
     keep_reference: bool = False
-    loss: str = _field("dpo", choices=("dpo", "ipo", "kto"))
-    beta: float = _field(0.1, gt=0)
-    steps: int = _field(100, gt=0)
-    lr: float = _field(5e-4, gt=0)
-    batch_size: int = _field(32, gt=0)
-    max_length: int = _field(32, gt=1)
-    eval_samples: int = _field(4, ge=0)
+    loss: str = param("dpo", OneOf(("dpo", "ipo", "kto")))
+    beta: float = param(0.1, POSITIVE)
+    steps: int = param(100, POSITIVE_INT)
+    lr: float = param(5e-4, POSITIVE)
+    batch_size: int = param(32, POSITIVE_INT)
+    max_length: int = param(32, Interval(1, math.inf, "()", integer=True))
+    eval_samples: int = param(4, NON_NEGATIVE_INT)
     compare_offline: bool = False
     seed: int = 0
 

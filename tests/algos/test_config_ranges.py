@@ -10,7 +10,7 @@ import pytest
 from offrl import data as offrl_data
 from offrl.algos import ALGORITHMS
 from offrl.algos.common import apply_overrides, config_from_dict, config_to_dict
-from offrl.algos.ranges import (VALID, Interval, OneOf, OrNone, RewardScaling, Widths, check_config)
+from offrl.config import VALID, Interval, OneOf, OrNone, RewardScaling, Widths, check_config
 from offrl.cli import main
 from offrl.data import Dataset
 from offrl.errors import ConfigError

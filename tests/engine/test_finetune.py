@@ -44,7 +44,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_the_run_untouched(offline_runs,
     before = _digest(run)
     cases = [
         ([str(tmp_path)], "is not an offrl run folder"),
-        ([str(run), "--mix-ratio", "1.5"], "--mix-ratio is 1.5; it must be in [0, 1]"),
+        ([str(run), "--mix-ratio", "1.5"], "--mix-ratio is 1.5; it must be a number in [0, 1]"),
         ([str(run), "--env", "Hopper-v5"], "--env Hopper-v5 has observations of size 11 and actions of size 3"),
         ([str(run), "--checkpoint-every", "30", "--update-every", "20"], "--checkpoint-every is 30"),
     ]

@@ -126,7 +126,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case):
         expect = "no checkpoint"
     else:
         args += ["--discount", "1.5"]
-        expect = "--discount 1.5 is out of range"
+        expect = "--discount is 1.5; it must be a number in (0, 1]"
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert expect in err and len(err.splitlines()) == 1, err

@@ -44,12 +44,16 @@ def test_every_config_field_is_documented():
 def test_bad_values_raise_one_sentence():
     from offrl.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"--beta -1.0 is invalid: it must be > 0 \(default 0.1\)"):
+    with pytest.raises(ConfigError, match=r"^--beta is -1.0; it must be a number > 0 \(e.g. --beta 0.1\)\.$"):
         C.PreferenceConfig(beta=-1.0)
-    with pytest.raises(ConfigError, match="--eval-fraction 1.0 is invalid: it must be >= 0 and < 1"):
+    with pytest.raises(ConfigError, match=r"--eval-fraction is 1.0; it must be a number in \[0, 1\)"):
         C.SFTConfig(eval_fraction=1.0)
-    with pytest.raises(ConfigError, match="--loss nope is invalid: it must be one of dpo, ipo"):
+    with pytest.raises(ConfigError, match="--loss is 'nope'; it must be one of 'dpo', 'ipo'"):
         C.PreferenceConfig(loss="nope")
+    with pytest.raises(ConfigError, match=r"--kl-target is 0.0; it must be a number > 0 \(or leave --kl-target unset\)"):
+        C.PPOConfig(kl_target=0.0)
+    with pytest.raises(ConfigError, match="--steps is 2.5; it must be an integer >= 1"):
+        C.SFTConfig(steps=2.5)
     C.PreferenceConfig(loss="rdpo", label_smoothing=0.2)  # in range
 
 
@@ -59,7 +63,7 @@ def test_cli_bad_flag_value_exits_2_with_one_line(tmp_path, capsys):
     code = main(["prefs", "dpo", "--model", str(tmp_path), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
                  "--beta", "0"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "--beta 0.0 is invalid: it must be > 0" in err[0]
+    assert code == 2 and len(err) == 1 and "--beta is 0.0; it must be a number > 0" in err[0]
     assert not (tmp_path / "o").exists()
     code = main(["prefs", "dpo", "--model", str(tmp_path), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
                  "--robust"])
@@ -76,4 +80,4 @@ def test_make_task_flags_come_from_task_config(tmp_path, capsys):
             assert getattr(args, f"cfg__{f.name}") == getattr(TaskConfig(), f.name), f.name
     assert main(["prefs", "make-task", "--out", str(tmp_path / "t"), "--layers", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--layers 0 is invalid: it must be > 0" in err[0] and not (tmp_path / "t").exists()
+    assert len(err) == 1 and "--layers is 0; it must be an integer > 0" in err[0] and not (tmp_path / "t").exists()

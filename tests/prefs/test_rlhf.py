@@ -109,7 +109,7 @@ def test_bad_input_one_line_exit_2(rl_task, tiny_task, tmp_path, capsys):
             "--batch-size", "2"]
     out = tmp_path / "o"
     code, err = _main(["prefs", "ppo", *base, "--out", str(out), "--kl-target", "0"], capsys)
-    assert code == 2 and len(err) == 1 and "--kl-target 0.0 is invalid: it must be > 0" in err[0]
+    assert code == 2 and len(err) == 1 and "--kl-target is 0.0; it must be a number > 0" in err[0]
     long_prompts = tmp_path / "long.jsonl"
     long_prompts.write_text(json.dumps({"prompt": "sort:" + "1" * 70 + "="}) + "\n")
     code, err = _main(["prefs", "grpo", "--model", rl_task["sft"], "--prompts", str(long_prompts),

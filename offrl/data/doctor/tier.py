@@ -85,6 +85,7 @@ STEP_P_BELOW = 0.005
 SHIFT_FROM = 0.05
 
 KINDS = ("random actions", "one policy", "mixture of policies", "learning history")
+#: the D4RL-style dataset tiers (Fu et al. 2020), the one list offrl uses (collection, benchmark, doctor).
 TIERS = ("random", "medium", "medium-replay", "medium-expert", "expert")
 #: the kinds of data each declared tier can be (D4RL's random tier is a randomly initialised policy).
 KINDS_OF_TIER = {"random": ("random actions", "one policy"), "medium": ("one policy",), "expert": ("one policy",),

@@ -1,0 +1,73 @@
+"""Settings of an off-policy evaluation (:class:`OPEConfig`), with their valid values.
+
+Kept apart from :mod:`offrl.ope.evaluate` so that ``offrl ope --help`` can generate its flags
+from these fields without importing JAX (FQE's own settings, :class:`offrl.ope.fqe.FQEConfig`,
+are built on first use).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from offrl.config import ANY_INT, POSITIVE, POSITIVE_INT, Interval, OneOf, check_config, param
+from offrl.ope.behavior import BEHAVIOR_MODES, BehaviorConfig
+from offrl.ope.estimators import CI_METHODS, DEFAULT_CLIP
+from offrl.ope.policies import DEFAULT_TARGET_STD
+
+if TYPE_CHECKING:
+    from offrl.ope.fqe import FQEConfig
+
+#: names accepted by ``--estimators`` (``fqe`` is the direct method with FQE's Q).
+OPE_ESTIMATORS = ("fqe", "dr", "wdr", "is", "pdis", "wis", "wpdis", "clipped_is")
+DEFAULT_ESTIMATORS = ("fqe", "dr", "wdr", "wis", "wpdis", "pdis", "is", "clipped_is")
+
+
+def _fqe_config():
+    from offrl.ope.fqe import FQEConfig
+
+    return FQEConfig()
+
+
+@dataclass(frozen=True)
+class OPEConfig:
+    """How the policies' values are estimated.
+
+    estimators: the estimators to run (names of OPE_ESTIMATORS).
+    discount: discount of the estimated value (1 = undiscounted return over the data's episodes).
+    behavior: behaviour log-probs: the dataset's infos/action_log_probs (logged), behaviour cloning (estimated),
+      or logged when present (auto).
+    target_std: Gaussian std around deterministic policies' actions for importance weights, in [-1, 1] action units.
+    clip: per-step ratio clip of clipped_is.
+    ci: interval method: bootstrap percentile, t or hoeffding.
+    confidence: interval confidence.
+    num_bootstrap: bootstrap resamples.
+    fqe_steps: FQE gradient steps.
+    fqe_seeds: FQE seeds averaged per policy.
+    fqe: FQE's network and optimiser settings.
+    behavior_cloning: the behaviour-cloning fit of an estimated behaviour policy.
+    seed: seed of the bootstrap and the fits.
+    """
+
+    COMMAND_FLAGS: ClassVar[bool] = True
+
+    estimators: tuple[str, ...] = DEFAULT_ESTIMATORS
+    discount: float = param(0.99, Interval(0.0, 1.0, "(]"))
+    behavior: str = param("auto", OneOf(BEHAVIOR_MODES))
+    target_std: float = param(DEFAULT_TARGET_STD, POSITIVE)
+    clip: float = param(DEFAULT_CLIP, POSITIVE)
+    ci: str = param("bootstrap", OneOf(CI_METHODS))
+    confidence: float = param(0.95, Interval(0.0, 1.0, "()"))
+    num_bootstrap: int = param(1000, Interval(10, math.inf, "[)", integer=True), flag="--bootstrap")
+    fqe_steps: int = param(20_000, POSITIVE_INT)
+    fqe_seeds: int = param(1, POSITIVE_INT)
+    fqe: FQEConfig = field(default_factory=_fqe_config, metadata={"flag": False})
+    behavior_cloning: BehaviorConfig = field(default_factory=BehaviorConfig, metadata={"flag": False})
+    seed: int = param(0, ANY_INT, flag=False)
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+
+__all__ = ["DEFAULT_ESTIMATORS", "OPE_ESTIMATORS", "OPEConfig"]
