@@ -225,7 +225,7 @@ def run_ope(args) -> int:
 
 
 def run_select(args) -> int:
-    from offrl.ope.select import choose, selection_regret
+    from offrl.ope.select import choose, near_tie, selection_regret
 
     report, truth, paths, dataset = _evaluate(args, (args.by,), "select")
     _print_report(report, truth, dataset, f"candidates ranked by {args.by} on {args.cand__dataset}")
@@ -234,6 +234,10 @@ def run_select(args) -> int:
     console = _console()
     console.print(f"[bold]selected:[/bold] {choice} ({args.by} = {r.estimate:.2f}, CI [{r.ci_low:.2f}, {r.ci_high:.2f}])", soft_wrap=True)
     extra = {"selected": choice, "by": args.by}
+    tie = near_tie(report, args.by)
+    if tie:
+        console.print(tie, soft_wrap=True)
+    extra["near_tie"] = tie
     if truth:
         regrets = selection_regret(report, args.by, truth)
         for rule, row in regrets.items():

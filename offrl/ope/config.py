@@ -38,7 +38,7 @@ class OPEConfig:
     discount: discount of the estimated value (1 = undiscounted return over the data's episodes).
     behavior: behaviour log-probs: the dataset's infos/action_log_probs (logged), behaviour cloning (estimated),
       or logged when present (auto).
-    target_std: Gaussian std around deterministic policies' actions for importance weights, in [-1, 1] action units.
+    target_std: std of the Gaussian (truncated to the action box) that every estimator evaluates in place of a deterministic policy, in [-1, 1] action units (must be > 0).
     clip: per-step ratio clip of clipped_is.
     ci: interval method: bootstrap percentile, t or hoeffding.
     confidence: interval confidence.
