@@ -15,8 +15,8 @@ pooled) and prints, then writes to ``--out`` (``.md`` and ``.png``):
 * **overestimation**: for TD3 (no constraint) and CQL cells, Q(s0) against the realised
   discounted return over training (figure) and at the last evaluation.
 
-    python benchmarks/benchmark_claims.py /work/bench/s3/hopper-main /work/bench/s3/hopper-cql \\
-        /work/bench/s3/hopper-td3 --out benchmarks/results/benchmark-claims-hopper-2026-12-01
+    python benchmarks/benchmark_claims.py RESULTS/hopper-main RESULTS/hopper-cql \\
+        RESULTS/hopper-td3 --out benchmarks/results/benchmark-claims-hopper-2026-12-01
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ autocorrelation, action-histogram flatness) and every episode's return, rounded,
 kilobytes that ``tests/data/test_doctor_mujoco_tiers.py`` classifies again in the default suite
 (the SB3 files too, marked ``collected_by``).
 
-    python benchmarks/doctor_tiers.py --data /work/data --extra /work/data/sb3 \\
+    python benchmarks/doctor_tiers.py --data DATA_DIR --extra DATA_DIR/sb3 \\
         --fixture tests/data/fixtures/doctor_mujoco_tiers.json --out benchmarks/results/doctor-mujoco-tiers.txt
 """
 
@@ -42,7 +42,7 @@ def main() -> None:
     from offrl.data.doctor import inspect_dataset, tier_headline
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default="/work/data")
+    p.add_argument("--data", required=True, help="folder of the generated tier files")
     p.add_argument("--extra", default=None, help="a folder of other libraries' tier files (e.g. benchmarks/sb3_tiers.py's)")
     p.add_argument("--fixture", default=None)
     p.add_argument("--out", default=None)

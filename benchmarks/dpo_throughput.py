@@ -13,9 +13,9 @@ from the reference (offrl's trained policy vs the initial weights): |difference|
 
 TRL must be importable (it lives in its own venv, with system site-packages):
 
-    python -m venv --system-site-packages /work/venv-trl && /work/venv-trl/bin/pip install trl
-    /work/venv-trl/bin/python benchmarks/dpo_throughput.py            # defaults below
-    /work/venv-trl/bin/python benchmarks/dpo_throughput.py --steps 60 --repeats 3 --threads 2
+    python -m venv --system-site-packages $TRL_ENV && $TRL_ENV/bin/pip install trl
+    $TRL_ENV/bin/python benchmarks/dpo_throughput.py            # defaults below
+    $TRL_ENV/bin/python benchmarks/dpo_throughput.py --steps 60 --repeats 3 --threads 2
 """
 
 from __future__ import annotations

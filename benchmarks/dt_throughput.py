@@ -13,7 +13,7 @@ with the load average before and after.
 
 Run (d3rlpy lives in its own virtualenv, see benchmarks/README.md)::
 
-    /work/venv-bench/bin/python benchmarks/dt_throughput.py --rounds 5
+    $D3RLPY_ENV/bin/python benchmarks/dt_throughput.py --rounds 5
 """
 
 from __future__ import annotations

@@ -8,11 +8,12 @@ SB3 side: ``SAC("MlpPolicy")`` 256x256, ``train_freq=1, gradient_steps=1``, the 
 warm-up steps, timed over ``learn``. Runs are sequential; on a shared CPU read the ratio.
 
     python benchmarks/finetune_vs_sb3.py --env Hopper-v5 --dataset hopper-medium-20k-v0 --steps 5000 \\
-        --algos iql,td3_bc,cql --sb3-python /work/venv-sb3/bin/python
+        --algos iql,td3_bc,cql --sb3-python $SB3_ENV/bin/python
 """
 
 from __future__ import annotations
 
+import os
 import argparse
 import json
 import subprocess
@@ -62,7 +63,7 @@ def main() -> None:
     p.add_argument("--start-steps", type=int, default=1000)
     p.add_argument("--update-every", type=int, default=50)
     p.add_argument("--algos", default="iql,td3_bc,cql")
-    p.add_argument("--sb3-python", default="/work/venv-sb3/bin/python")
+    p.add_argument("--sb3-python", default=os.path.expandvars("$SB3_ENV/bin/python"))
     p.add_argument("--only", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.only == "sb3":

@@ -18,9 +18,9 @@ exercised) and the KL reference; |difference| must be < 1e-5.
 
 TRL must be importable (it lives in its own venv, with system site-packages):
 
-    python -m venv --system-site-packages /work/venv-trl && /work/venv-trl/bin/pip install trl
-    /work/venv-trl/bin/python benchmarks/grpo_throughput.py            # defaults below
-    /work/venv-trl/bin/python benchmarks/grpo_throughput.py --steps 20 --repeats 2 --threads 1
+    python -m venv --system-site-packages $TRL_ENV && $TRL_ENV/bin/pip install trl
+    $TRL_ENV/bin/python benchmarks/grpo_throughput.py            # defaults below
+    $TRL_ENV/bin/python benchmarks/grpo_throughput.py --steps 20 --repeats 2 --threads 1
 """
 
 from __future__ import annotations

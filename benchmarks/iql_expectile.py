@@ -14,7 +14,7 @@ cell's own dataset:
   rise together (on hopper-medium-replay it stayed between 0.37 and 0.55);
 * the last evaluation's normalized score.
 
-    python benchmarks/iql_expectile.py /work/bench/s3/tau-*/cells/hopper-medium-replay-iql \\
+    python benchmarks/iql_expectile.py RESULTS/tau-*/cells/hopper-medium-replay-iql \\
         --out benchmarks/results/iql-expectile-hopper-2026-12-01
 """
 

@@ -25,7 +25,7 @@ absolute and relative error, Spearman rank correlation and regret@1.
 Run::
 
     python benchmarks/ope.py speed --no-d3rlpy
-    /work/venv-bench/bin/python benchmarks/ope.py speed          # with d3rlpy (see benchmarks/README.md)
+    $D3RLPY_ENV/bin/python benchmarks/ope.py speed          # with d3rlpy (see benchmarks/README.md)
     python benchmarks/ope.py tiers --steps 1000,4000,10000 --algo-steps "cql=1000,2500" --fqe-steps 10000
 """
 

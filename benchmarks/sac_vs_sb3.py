@@ -7,7 +7,7 @@ of ``--update-every`` steps (SB3: ``train_freq=1, gradient_steps=1``, one eager 
 The two runs are sequential, never concurrent. Timings exclude evaluation; on a shared CPU
 they are noisy, so run both on the same quiet machine and read the ratio.
 
-    python benchmarks/sac_vs_sb3.py --env Pendulum-v1 --steps 5000 --sb3-python /work/venv-sb3/bin/python
+    python benchmarks/sac_vs_sb3.py --env Pendulum-v1 --steps 5000 --sb3-python $SB3_ENV/bin/python
 
 SB3 lives in its own venv (``python -m venv --system-site-packages /work/venv-sb3``;
 ``/work/venv-sb3/bin/pip install stable-baselines3``) so it cannot change the system torch.
@@ -15,6 +15,7 @@ SB3 lives in its own venv (``python -m venv --system-site-packages /work/venv-sb
 
 from __future__ import annotations
 
+import os
 import argparse
 import json
 import subprocess
@@ -81,7 +82,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--update-every", type=int, default=50)
-    parser.add_argument("--sb3-python", default="/work/venv-sb3/bin/python", help="interpreter with stable-baselines3")
+    parser.add_argument("--sb3-python", default=os.path.expandvars("$SB3_ENV/bin/python"), help="interpreter with stable-baselines3")
     parser.add_argument("--only", choices=("offrl", "sb3"), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     common = (args.env, args.steps, args.start_steps, args.seed, args.eval_episodes)

@@ -14,7 +14,7 @@ Keys: ``observations, actions, rewards, terminals, timeouts, next_observations``
 ``metadata/{env_id, tier, algorithm, policy_returns}`` (no reference returns: the reader brings
 its own). Run it with the Python of a virtualenv that has SB3 (see benchmarks/README.md)::
 
-    /work/venv-sb3/bin/python benchmarks/sb3_tiers.py --env Hopper-v5 --steps 40000 --out /work/data/sb3
+    $SB3_ENV/bin/python benchmarks/sb3_tiers.py --env Hopper-v5 --steps 40000 --out /work/data/sb3
     python -m offrl inspect /work/data/sb3/hopper-sb3-medium.hdf5 --env Hopper-v5
 """
 

@@ -31,6 +31,7 @@ Run::
 
 from __future__ import annotations
 
+import os
 import argparse
 import json
 import subprocess
@@ -195,7 +196,7 @@ def main(argv=None) -> int:
     p.add_argument("--episodes", type=int, default=5)
     p.add_argument("--algos", default="dt,d3rlpy_dt,bc,iql,tt,diffuser")
     p.add_argument("--target-return", type=float, default=None, help="DT target in env units (default: best episode return)")
-    p.add_argument("--d3rlpy-python", default="/work/venv-bench/bin/python")
+    p.add_argument("--d3rlpy-python", default=os.path.expandvars("$D3RLPY_ENV/bin/python"))
     p.add_argument("--d3rlpy-threads", type=int, default=1, help="torch threads for d3rlpy (default 1)")
     p.add_argument("--merge", default=None, help="comma-separated result JSONs to join into --out")
     p.add_argument("--out", default=None, help="write OUT.json and OUT.md")

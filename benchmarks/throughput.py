@@ -25,9 +25,9 @@ subprocess that trains on 1M transitions, against ``2 x dataset bytes + 1.5 GB``
 
 Run (d3rlpy lives in its own virtualenv, see benchmarks/README.md)::
 
-    /work/venv-bench/bin/python benchmarks/throughput.py
-    /work/venv-bench/bin/python benchmarks/throughput.py --algos iql,cql --quick
-    /work/venv-bench/bin/python benchmarks/throughput.py --algos dqn,discrete_cql,discrete_bc --memory-transitions 0
+    $D3RLPY_ENV/bin/python benchmarks/throughput.py
+    $D3RLPY_ENV/bin/python benchmarks/throughput.py --algos iql,cql --quick
+    $D3RLPY_ENV/bin/python benchmarks/throughput.py --algos dqn,discrete_cql,discrete_bc --memory-transitions 0
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ D4RL_REFERENCE_RETURNS: dict[str, tuple[float, float]] = {
 
 #: offrl's own measured references for environments D4RL does not cover (filled by `offrl collect`).
 OFFRL_REFERENCE_RETURNS: dict[str, tuple[float, float]] = {
-    # offrl collect zoo /work/zoo/pendulum20k (offrl/datasets/build.sh): random = the randomly initialised
+    # the Pendulum zoo of offrl/datasets/build.sh: random = the randomly initialised
     # SAC actor's mean stochastic return, expert = the best snapshot's (20 evaluation episodes each).
     "Pendulum-v1": (-1117.097168121652, -120.65851440277515),
 }

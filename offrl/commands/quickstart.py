@@ -8,7 +8,7 @@ def register(subparsers) -> None:
         "quickstart", help="run the main job on a bundled dataset: doctor, BC vs offline RL, evaluation, report",
         description="Inspect a bundled suboptimal dataset, train BC and IQL (optionally CQL) on it, evaluate them in the "
                     "environment and write a report folder (summary.md, learning curves, Q-vs-return, doctor plots). "
-                    "About 3-5 minutes on 2 CPU cores.")
+                    "A few minutes on a CPU.")
     parser.add_argument("--dataset", default=None, help="registered name or path (default: pendulum-medium-expert-v0, bundled)")
     parser.add_argument("--out", default="offrl-quickstart", help="report folder (default ./offrl-quickstart)")
     parser.add_argument("--algos", default="bc,iql", help="comma-separated algorithms (default bc,iql; add cql for CQL, several minutes more on 2 CPU cores)")

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Rebuild the datasets bundled with offrl from the command lines below (recorded in MANIFEST.json).
-# The zoos live outside the package (default /work/zoo); each `train-behavior` run is seeded.
+# The zoos live outside the package (folder $ZOO, default ./zoo); each `train-behavior` run is seeded.
 #   build.sh [--train]                      (re)build the bundled datasets; --train first trains the zoos
-#   OFFRL_BENCH_DATA=/work/data build.sh    also collect the `offrl benchmark` tiers (100k transitions each)
+#   OFFRL_BENCH_DATA=DATA_DIR build.sh      also collect the `offrl benchmark` tiers (100k transitions each)
 #                                           into that folder, outside the package
 #   OFFRL_SKIP_BUNDLED=1                    skip the bundled datasets (e.g. to collect only the benchmark tiers)
 # Run the MuJoCo zoo trainings one at a time on a small machine (nice -n 5 on a shared one).
 set -euo pipefail
-ZOO=${ZOO:-/work/zoo}
+ZOO=${ZOO:-./zoo}
 HERE="$(cd "$(dirname "$0")" && pwd)"
 
 if [ "${1:-}" = "--train" ]; then

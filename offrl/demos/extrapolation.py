@@ -21,16 +21,12 @@ Two panels of the same experiment, each trained with the engine on one narrow da
 Each panel plots the extrapolation monitor: the critic's ``Q(s0, pi(s0))`` against the
 discounted return realised from ``s0`` over training.
 
-What the default settings show (seed 0): discrete, DQN's estimate grows about 3x every 500 steps
-to thousands while its policy falls at once, and discrete CQL's stays below the return it
-realises (500, the maximum). Continuous (10,000 steps, CQL's penalty weight 20): TD3's estimate
-turns upward after about 4,000 steps and climbs past 0, a value no policy can reach on Pendulum,
-to about +660 while its policy realises about -690 (discounted); CQL's estimate never turns
-upward, falls through its policy's realised return (about -600) after about 7,500 steps and ends
-far below it (about -1,700). Neither policy balances the pendulum on this one-torque-per-state
-data (returns about -1,600 and -1,500): the demo shows the critics' error, not a good policy.
-With CQL's default weight 5 the estimate falls too slowly to cross the realised return within
-these steps.
+What the default settings show: the unregularised critics' estimates (DQN, offline TD3) climb
+past any achievable value while their policies fall; CQL's stays below its realised return. The
+continuous half uses CQL's penalty weight 20, since with the default 5 the estimate falls too
+slowly to cross the realised return within the demo's steps. Neither continuous policy balances
+the pendulum on this one-torque-per-state data: the demo shows the critics' error, not a good
+policy. The seed-0 numbers are in benchmarks/README.md.
 """
 
 from __future__ import annotations

@@ -20,8 +20,7 @@ after another), evaluates the deterministic policy every ``eval_every`` updates 
 Scores are normalized with the request's ``references`` (``100 (R - R_random) / (R_expert -
 R_random)``); mean ± std over seeds (population std, as offrl's table). ``unmatched`` names each
 offrl setting d3rlpy has no counterpart for. PyTorch runs ``torch_threads`` intra-op threads
-(default 1: on a small shared CPU more threads oversubscribe it; measured on our 2-core machine
-under load, d3rlpy's BC update took 5 ms with one thread and 82 ms with two).
+(default 1: on a small shared CPU more threads oversubscribe it; see benchmarks/README.md).
 """
 
 from __future__ import annotations
