@@ -118,7 +118,7 @@ def _trial(space_point: dict, *, algo, dataset, base_overrides, settings_kw, out
     from ray import tune
 
     from offrl.sweeps.grid import folder_name
-    from offrl.sweeps.local import train_configuration
+    from offrl.sweeps.program import train_configuration
 
     point = {k: (tuple(v) if isinstance(v, list) else v) for k, v in space_point.items()}
     name = folder_name(point) + ("" if unique_folders is False else f"_{tune.get_context().get_trial_id()}")
