@@ -15,6 +15,7 @@ HELP = {
     "eval_episodes": "evaluation episodes per seed (default 5; 0 = none)",
     "checkpoint_every": "env steps between checkpoints, where all envs restart (default 10000)",
     "log_every": "env steps between metrics rows (default 1000)",
+    "lr_warmup_steps": "env steps of the online learning-rate warm-up from where an offline schedule stopped (default 5000; 0: none)",
 }
 
 

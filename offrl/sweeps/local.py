@@ -10,7 +10,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
