@@ -11,14 +11,8 @@ the field's remedies as composable options:
   Monte-Carlo returns, of the data offline and of each online episode once it ends;
 * **annealed BC** (``bc_anneal_steps``, TD3+BC): the BC weight falls linearly to 0 (TD3+BC -> TD3).
 
-One loop, per ``update_every`` env steps::
-
-    for t in range(update_every):                 # Python: one jitted call for every seed's policy
-        a = explore(agent, s, key_t)               # the algorithm's exploration policy
-        s', r, ... = rollout.step(a)               # offrl.rollout: one env per seed
-    buffer = add_rows(buffer, transitions)         # jitted, device-resident replay (offrl.replay)
-    agent  = scan(update_every * utd updates on sample_mixed(offline, buffer))
-
+The environment -> replay -> scanned-update loop is :class:`offrl.engine.online.OnlineLearner`,
+with the algorithm's ``explore`` as its action rule and replay mixing through :mod:`offrl.replay`.
 Seeds are vmapped (one env and one online buffer per seed; the offline data is shared). Every
 ``checkpoint_every`` env steps all envs start new episodes from seeds derived from the step, and
 the agents, data keys and buffers are saved: a killed run resumed with ``resume=True`` ends with
@@ -44,8 +38,6 @@ import numpy as np
 from offrl.config import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, UNIT, check_config, param
 from offrl.errors import ConfigError, OffrlError
 
-FINETUNABLE = ("cql", "cal_ql", "iql", "awac", "td3_bc", "td3")
-
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
@@ -64,6 +56,12 @@ class FinetuneConfig:
     eval_episodes: evaluation episodes per seed (0 = none).
     checkpoint_every: env steps between checkpoints (a multiple of update_every), where all envs restart.
     log_every: env steps between metrics rows (a multiple of update_every).
+    lr_warmup_steps: env steps of the online learning-rate warm-up (>= 0). Every optimiser keeps
+        its offline state (Adam moments, step counts, schedule). Where the online phase drops a
+        learning-rate schedule (IQL's cosine decay of the actor's rate, which has reached 0), the
+        rate of online update k is eta_off + (eta - eta_off) min(1, k / (lr_warmup_steps * utd)):
+        it starts where the offline schedule stopped (eta_off) and reaches the configured rate eta
+        linearly (0: eta at once). :func:`offrl.engine.online.carry_over` implements the rule.
     """
 
     COMMAND_FLAGS: ClassVar[bool] = True
@@ -80,6 +78,7 @@ class FinetuneConfig:
     eval_episodes: int = param(5, NON_NEGATIVE_INT)
     checkpoint_every: int = param(10_000, POSITIVE_INT)
     log_every: int = param(1000, POSITIVE_INT)
+    lr_warmup_steps: int = param(5000, NON_NEGATIVE_INT)
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -90,6 +89,10 @@ class FinetuneConfig:
 
 
 def _check_source(folder: Path) -> dict:
+    """The source run's ``config.json`` (read once), refused unless it is a finished offline run of a
+    fine-tunable algorithm."""
+    from offrl.algos import algorithm_names
+
     if not (folder / "config.json").exists():
         raise ConfigError(f"{folder} is not an offrl run folder (no config.json); pass the --out folder of `offrl train`.")
     record = json.loads((folder / "config.json").read_text())
@@ -97,8 +100,9 @@ def _check_source(folder: Path) -> dict:
         raise ConfigError(f"{folder}/config.json is not an offrl training record; pass the --out folder of `offrl train`.")
     if record.get("phase") == "online":
         raise ConfigError(f"{folder} is already a fine-tuning run; pass the offline run it came from, or --resume it.")
-    if record["algo"] not in FINETUNABLE:
-        raise ConfigError(f"{folder} was trained with {record['algo']}; offrl finetune continues {', '.join(FINETUNABLE)}.")
+    finetunable = algorithm_names(finetunable=True)
+    if record["algo"] not in finetunable:
+        raise ConfigError(f"{folder} was trained with {record['algo']}; offrl finetune continues {', '.join(finetunable)}.")
     return record
 
 
@@ -114,27 +118,48 @@ def _online_config(module, config, offline_step: int, ft: FinetuneConfig):
             raise ConfigError("--bc-anneal applies to TD3+BC runs (the BC term's weight).")
         changes.update(bc_anneal_steps=ft.bc_anneal_steps * ft.utd, anneal_start_step=offline_step)
     if "cosine_actor_lr" in fields and config.cosine_actor_lr:
-        changes["cosine_actor_lr"] = False  # IQL's actor lr decayed to 0 over the offline steps
+        changes["cosine_actor_lr"] = False  # the decayed schedule is followed by carry_over's warm-up
     return dataclasses.replace(config, **changes)
 
 
-def _transplant(fresh, trained):
-    """``fresh``'s structure with ``trained``'s parameters: every TrainState keeps the trained
-    params and, when the optimiser's structure is unchanged, its optimiser state."""
-    import jax
-    from flax.training.train_state import TrainState
+def _open_env(source: Path, env: str | None, info, settings: dict):
+    from offrl.rollout import VectorEnv
 
-    changes = {}
-    for name in fresh.__dataclass_fields__:
-        new, old = getattr(fresh, name), getattr(trained, name)
-        if name == "config":
-            continue
-        if isinstance(new, TrainState):
-            same = jax.tree_util.tree_structure(new.opt_state) == jax.tree_util.tree_structure(old.opt_state)
-            changes[name] = new.replace(params=old.params, step=old.step, opt_state=old.opt_state if same else new.opt_state)
-        else:
-            changes[name] = old
-    return fresh.replace(**changes)
+    env_id = env or info.env_id or settings.get("env")
+    if not env_id:
+        raise ConfigError(f"{source} has no environment id (its dataset names none); pass --env ENV (a Gymnasium id such as Hopper-v5).")
+    vec = VectorEnv(env_id, int(settings["seeds"]))
+    if (vec.obs_dim, vec.action_dim) != (info.obs_dim, info.action_dim):
+        vec.close()
+        raise ConfigError(f"--env {env_id} has observations of size {vec.obs_dim} and actions of size {vec.action_dim}; "
+                          f"the run {source} was trained on {info.obs_dim} and {info.action_dim}; pass the env of its dataset.")
+    return env_id, vec
+
+
+def _restore_offline(source: Path, module, config, info, settings: dict):
+    """The offline run's seed-stacked agents from its latest checkpoint, restored into the shape of
+    its own config's agents (traced with ``jax.eval_shape``: nothing is built or initialised)."""
+    import jax
+
+    from offrl.checkpoint import latest_checkpoint, load_checkpoint
+    from offrl.engine.chunks import create_agents
+
+    latest = latest_checkpoint(source / "checkpoints")
+    if latest is None:
+        raise OffrlError(f"{source} has no checkpoint yet (checkpoints/latest.json is missing); train it longer or --resume it.")
+    template = jax.eval_shape(lambda: create_agents(module, config, info.obs_dim, info.action_dim,
+                                                    int(settings["seed"]), int(settings["seeds"]))[0])
+    return load_checkpoint(latest["path"], {"agent": template})["agent"]
+
+
+def _offline_data(source: Path, dataset, settings: dict, config, env_id: str, module):
+    from offrl.engine.data import prepare_data
+    from offrl.engine.training import load_dataset
+
+    if dataset is None and str(settings.get("dataset", "<")).startswith("<"):
+        raise ConfigError(f"{source} was trained on in-memory arrays ({settings.get('dataset')}); pass the dataset (dataset=...) to fine-tune it.")
+    data, _ = prepare_data(load_dataset(dataset if dataset is not None else settings["dataset"]), config, env_id, module)
+    return data
 
 
 def finetune(run: str | Path, steps: int | None = None, env: str | None = None, out: str | Path | None = None,
@@ -146,7 +171,9 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
     ``dataset`` (a name, path or :class:`offrl.data.Dataset`) replaces the run's own dataset,
     e.g. for a run trained from in-memory arrays.
     ``out`` defaults to ``<run>-finetune``; the source run folder is never written. Returns the
-    fine-tuning :class:`offrl.engine.Run`.
+    fine-tuning :class:`offrl.engine.Run`. The optimisers continue from the offline run's state;
+    a learning-rate schedule that the online phase drops is followed by a linear warm-up over
+    ``lr_warmup_steps`` env steps from its last value (:func:`offrl.engine.online.carry_over`).
 
     Example::
 
@@ -154,20 +181,13 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
         ft.summary()
     """
     import jax
-    import jax.numpy as jnp
 
     from offrl.algos import get_algorithm
-    from offrl.algos.common import Batch, config_from_dict, config_to_dict
-    from offrl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-    from offrl.engine.chunks import create_agents, vmap_over_seeds
-    from offrl.engine.data import DataInfo, prepare_data
-    from offrl.engine.evaluation import Evaluator, summarise_evaluation
-    from offrl.engine.run import Run, load_run, reference_metadata
-    from offrl.engine.training import _check_finite, _load_dataset, _Progress
-    from offrl.replay import add_rows, init_buffer, sample_mixed
-    from offrl.rollout import OnlineRollout, VectorEnv
-    from offrl.run_folder import MetricsLog, read_metrics, truncate_metrics
-
+    from offrl.algos.common import config_from_dict, config_to_dict
+    from offrl.engine.chunks import create_agents
+    from offrl.engine.data import DataInfo
+    from offrl.engine.online import OnlineLearner, carry_over, spec_explore
+    from offrl.engine.run import Run
     from offrl.envs import check_env_id
 
     ft = dataclasses.replace(config or FinetuneConfig(), **({"steps": int(steps)} if steps is not None else {}), **options)
@@ -179,198 +199,143 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
         raise ConfigError(f"--out {folder} is the offline run itself; fine-tuning writes a new folder.")
     record = _check_source(source)
     module = get_algorithm(record["algo"])
-    offline_config = config_from_dict(module.Config, record["config"])
-    info = DataInfo(**record["data"])
-    settings = dict(record["settings"])
-    env_id = env or info.env_id or settings.get("env")
-    if not env_id:
-        raise ConfigError(f"{source} has no environment id (its dataset names none); pass --env ENV (a Gymnasium id such as Hopper-v5).")
-    vec = VectorEnv(env_id, int(settings["seeds"]))
-    if (vec.obs_dim, vec.action_dim) != (info.obs_dim, info.action_dim):
-        vec.close()
-        raise ConfigError(f"--env {env_id} has observations of size {vec.obs_dim} and actions of size {vec.action_dim}; "
-                          f"the run {source} was trained on {info.obs_dim} and {info.action_dim}; pass the env of its dataset.")
+    offline_config, info, settings = config_from_dict(module.Config, record["config"]), DataInfo(**record["data"]), dict(record["settings"])
     seeds, seed = int(settings["seeds"]), int(settings["seed"])
-
-    offline = load_run(source)
-    offline_step = offline.step
-    online_config = _online_config(module, offline_config, offline_step, ft)
-    if dataset is None and str(settings.get("dataset", "<")).startswith("<"):
-        raise ConfigError(f"{source} was trained on in-memory arrays ({settings.get('dataset')}); pass the dataset (dataset=...) to fine-tune it.")
-    ds = _load_dataset(dataset if dataset is not None else settings["dataset"])
-    offline_data, _ = prepare_data(ds, online_config, env_id, module)
-    example = {k: np.asarray(v[0]) for k, v in offline_data.items()}
-    if "mc_returns" in example:
-        example["mc_returns"] = np.float32(-np.inf)
-
-    fresh, _ = create_agents(module, online_config, info.obs_dim, info.action_dim, seed, seeds)
-    agents = _transplant(fresh, offline.agent)
-    _, data_keys = create_agents(module, online_config, info.obs_dim, info.action_dim, seed, seeds)
+    env_id, vec = _open_env(source, env, info, settings)
+    try:
+        offline_agents = _restore_offline(source, module, offline_config, info, settings)
+        offline_step = int(np.asarray(offline_agents.step).reshape(-1)[0])
+        online_config = _online_config(module, offline_config, offline_step, ft)
+        offline_data = _offline_data(source, dataset, settings, online_config, env_id, module)
+    except BaseException:
+        vec.close()
+        raise
+    fresh, data_keys = create_agents(module, online_config, info.obs_dim, info.action_dim, seed, seeds)
+    agents = carry_over(fresh, offline_agents, ft.lr_warmup_steps * ft.utd)
     data_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1_000_003))(data_keys)
     explore_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2_000_003))(data_keys)
-    buffers = jax.vmap(lambda _: init_buffer(example, ft.steps))(jnp.arange(seeds))
-
+    normalize = bool(getattr(online_config, "normalize_observations", False))
+    obs_mean, obs_std = np.asarray(info.obs_mean, np.float32), np.asarray(info.obs_std, np.float32)
+    to_agent_obs = (lambda o: (o - obs_mean) / obs_std) if normalize else (lambda o: o)  # noqa: E731
+    learner = OnlineLearner(
+        module, agents, data_keys, vec, choose=spec_explore(module, explore_keys, to_agent_obs, info.to_env_action),
+        example_row={k: np.asarray(v[0]) for k, v in offline_data.items()}, capacity=ft.steps,
+        batch_size=online_config.batch_size, update_every=ft.update_every, updates_per_step=ft.utd,
+        start_steps=ft.start_steps, mix_ratio=ft.mix_ratio, offline=offline_data, config=online_config,
+        seed=seed * 7919 + 17, to_agent_obs=to_agent_obs, scale_rewards=info.scale_rewards, step_offset=offline_step,
+        folder=folder)
     settings_ft = {**settings, "env": env_id, "source_run": str(source), "offline_steps": offline_step,
                    **{f"finetune_{k}": v for k, v in dataclasses.asdict(ft).items()}}
-    run_record = {"algo": record["algo"], "phase": "online", "config": config_to_dict(online_config),
-                  "settings": settings_ft, "data": record["data"], "offrl_version": record.get("offrl_version")}
-    env_step, rows = 0, []
+    online_record = {"algo": record["algo"], "phase": "online", "config": config_to_dict(online_config),
+                     "settings": settings_ft, "data": record["data"], "offrl_version": record.get("offrl_version")}
+    log = _online_log(folder, source, learner, online_record, offline_step, resume)
+    try:
+        _online_phase(learner, log, folder, ft, module, info, env_id, settings, seed, offline_step, stop_at, progress,
+                      title=f"finetune {record['algo']} x{seeds}")
+    finally:
+        vec.close()
+    result = Run(folder, record["algo"], online_config, settings_ft, info, learner.agents, log.rows)
+    (folder / "summary.json").write_text(json.dumps(online_summary(result.metrics, offline_step), indent=2))
+    from offrl.plotting import plot_finetune
+
+    plot_finetune(result, folder / "plots", offline_step)
+    return result
+
+
+def _online_log(folder: Path, source: Path, learner, record: dict, offline_step: int, resume: bool):
+    """The fine-tuning folder's metrics log: a new folder with the source run's offline evaluations
+    (``phase: offline``), or, with ``resume``, the learner restored from the latest checkpoint."""
+    import jax
+    import jax.numpy as jnp
+
+    from offrl.checkpoint import latest_checkpoint, load_checkpoint
+    from offrl.run_folder import MetricsLog, read_metrics, truncate_metrics
+
+    log = MetricsLog(folder, rows=[])
     if resume:
         if not (folder / "config.json").exists():
             raise ConfigError(f"--resume needs the fine-tuning folder {folder} with config.json; drop --resume to start.")
         latest = latest_checkpoint(folder / "checkpoints")
         if latest is not None:
-            state = load_checkpoint(latest["path"], {"agent": agents, "data_keys": data_keys, "buffers": buffers})
-            agents = jax.tree_util.tree_map(jnp.asarray, state["agent"])
-            data_keys, buffers = jnp.asarray(state["data_keys"]), jax.tree_util.tree_map(jnp.asarray, state["buffers"])
-            env_step = int(latest["env_step"])
-        rows = truncate_metrics(folder / "metrics.jsonl", offline_step + env_step)
-    else:
-        if (folder / "checkpoints" / "latest.json").exists():
-            raise ConfigError(f"{folder} already holds a fine-tuning run; pass --resume to continue it or choose another --out.")
-        (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
-        (folder / "plots").mkdir(exist_ok=True)
-        (folder / "config.json").write_text(json.dumps(run_record, indent=2))
-        rows = [{**r, "phase": "offline"} for r in read_metrics(source / "metrics.jsonl") if "eval/return" in r]
-        (folder / "metrics.jsonl").write_text("")
-    log = MetricsLog(folder, rows=[])
-    if not resume:
-        log.add(rows)
-    else:
-        log.rows = rows
+            state = load_checkpoint(latest["path"], {"agent": learner.agents, "data_keys": learner.data_keys,
+                                                     "buffers": learner.buffers})
+            learner.agents = jax.tree_util.tree_map(jnp.asarray, state["agent"])
+            learner.data_keys = jnp.asarray(state["data_keys"])
+            learner.buffers = jax.tree_util.tree_map(jnp.asarray, state["buffers"])
+            learner.env_step = int(latest["env_step"])
+        log.rows = truncate_metrics(folder / "metrics.jsonl", offline_step + learner.env_step)
+        return log
+    if (folder / "checkpoints" / "latest.json").exists():
+        raise ConfigError(f"{folder} already holds a fine-tuning run; pass --resume to continue it or choose another --out.")
+    (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (folder / "plots").mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(record, indent=2))
+    (folder / "metrics.jsonl").write_text("")
+    log.add([{**r, "phase": "offline"} for r in read_metrics(source / "metrics.jsonl") if "eval/return" in r])
+    return log
 
-    # ------------------------------------------------------------------ compiled pieces
-    batch_size = online_config.batch_size
-    sample_mixed_fn = lambda off, buf, key: Batch.from_rows(sample_mixed(off, buf, key, batch_size, ft.mix_ratio))  # noqa: E731
 
-    def learn(agent, data_key, buffer, new_rows, offline, num_updates):
-        buffer = add_rows(buffer, new_rows)
+def _online_phase(learner, log, folder: Path, ft: FinetuneConfig, module, info, env_id: str, settings: dict, seed: int,
+                  offline_step: int, stop_at: int | None, progress: bool, title: str) -> None:
+    """Run ``learner`` to ``ft.steps`` (or ``stop_at``): a metrics row per seed every ``log_every`` env
+    steps, evaluations every ``eval_every``, and every ``checkpoint_every`` env steps all envs restart
+    from seeds derived from the step and the agents, data keys and buffers are saved."""
+    from offrl.checkpoint import save_checkpoint
+    from offrl.engine.evaluation import Evaluator, summarise_evaluation
+    from offrl.engine.run import reference_metadata
+    from offrl.engine.training import evaluation_text
+    from offrl.progress import ProgressBar, rate_text
 
-        def body(agent, _):
-            return module.update(agent, sample_mixed_fn(offline, buffer, jax.random.fold_in(data_key, agent.step)))
-
-        agent, metrics = jax.lax.scan(body, agent, None, length=num_updates)
-        return agent, (buffer, jax.tree_util.tree_map(jnp.mean, metrics))
-
-    def store(agent, data_key, buffer, new_rows, offline, num_updates):
-        return agent, (add_rows(buffer, new_rows), {})
-
-    learn_all = jax.jit(vmap_over_seeds(lambda a, k, b, r, off: learn(a, k, b, r, off, ft.update_every * ft.utd)))
-    store_all = jax.jit(vmap_over_seeds(lambda a, k, b, r, off: store(a, k, b, r, off, 0)))
-    explore_all = jax.jit(jax.vmap(lambda agent, obs, key, t: module.explore(agent, obs[None], jax.random.fold_in(key, t))[0],
-                                   in_axes=(0, 0, 0, None)))
-    episode_extras = getattr(module, "episode_extras", None)
-
-    rollout = OnlineRollout(vec, seed=seed * 7919 + 17)
-    evaluator = Evaluator(module, agents, info, env_id, ft.eval_episodes, seeds, getattr(online_config, "discount", 0.99),
-                          metadata=reference_metadata(settings)) if ft.eval_episodes > 0 else None
-    obs_mean, obs_std = np.asarray(info.obs_mean, np.float32), np.asarray(info.obs_std, np.float32)
-    normalize = bool(getattr(online_config, "normalize_observations", False))
-    to_agent_obs = (lambda o: (o - obs_mean) / obs_std) if normalize else (lambda o: o)  # noqa: E731
+    seeds = learner.members
+    evaluator = Evaluator(module, learner.agents, info, env_id, ft.eval_episodes, seeds,
+                          getattr(learner.config, "discount", 0.99), metadata=reference_metadata(settings)) if ft.eval_episodes > 0 else None
 
     def restart(step: int):
-        rollout.reset_all([seed * 1_000_003 + step * 31 + i for i in range(seeds)])
+        learner.restart([seed * 1_000_003 + step * 31 + i for i in range(seeds)])
 
-    pending: list[list[tuple[int, float]]] = [[] for _ in range(seeds)]  # (buffer row, scaled reward) of open episodes
-    closed: list[tuple[int, list, bool]] = []                              # finished, waiting for their buffer rows
-
-    def patch_closed(buffers):
-        """Write each finished episode's ``episode_extras`` (Cal-QL: its MC returns) over its rows."""
-        for i, rows_rewards, terminal in closed:
-            idx = np.array([p[0] for p in rows_rewards])
-            extra = episode_extras(np.array([p[1] for p in rows_rewards]), terminal, online_config)
-            for key, values in extra.items():
-                buffers = buffers.replace(data={**buffers.data, key: buffers.data[key].at[i, idx].set(values)})
-        closed.clear()
-        return buffers
-
-    bar = _Progress(progress, total=ft.steps, start=env_step, title=f"finetune {record['algo']} x{seeds}")
-    restart(env_step)
-    episode_returns: list[list[float]] = [[] for _ in range(seeds)]
+    bar = ProgressBar(progress, total=ft.steps, start=learner.env_step, title=title)
+    restart(learner.env_step)
     chunk_metrics: list[dict] = []
     last_eval = ""
     end = ft.steps if stop_at is None else min(ft.steps, int(stop_at))
-    t_start = time.perf_counter()
+    t_start, start_step = time.perf_counter(), learner.env_step
     try:
-        while env_step < end:
-            host_rows = {k: [] for k in example}
-            for t in range(ft.update_every):
-                obs = rollout.obs
-                actions = np.asarray(explore_all(agents, to_agent_obs(obs), explore_keys, env_step + t))
-                step_out = rollout.step(info.to_env_action(actions))
-                host_rows["observations"].append(to_agent_obs(step_out["observations"]))
-                host_rows["actions"].append(actions)
-                host_rows["rewards"].append(info.scale_rewards(step_out["rewards"]))
-                host_rows["next_observations"].append(to_agent_obs(step_out["next_observations"]))
-                host_rows["masks"].append(1.0 - np.asarray(step_out["terminals"], np.float32))
-                if "mc_returns" in host_rows:
-                    host_rows["mc_returns"].append(np.full(seeds, -np.inf, np.float32))
-                for i, ret, _ in rollout.finished:
-                    episode_returns[i].append(ret)
-                rollout.finished.clear()
-                if episode_extras is not None:
-                    row_index = (int(np.asarray(buffers.ptr).reshape(-1)[0]) + t) % ft.steps
-                    scaled = info.scale_rewards(step_out["rewards"])
-                    done = np.asarray(step_out["terminals"]) | np.asarray(step_out["timeouts"])
-                    for i in range(seeds):
-                        pending[i].append((row_index, float(scaled[i])))
-                        if done[i]:
-                            closed.append((i, pending[i], bool(step_out["terminals"][i])))
-                            pending[i] = []
-            new_rows = {k: jnp.asarray(np.stack(v, axis=1)) for k, v in host_rows.items()}
-            size_after = int(np.asarray(buffers.size).reshape(-1)[0]) + ft.update_every
-            fn = learn_all if size_after >= ft.start_steps else store_all
-            agents, (buffers, metrics) = fn(agents, (data_keys, buffers, new_rows), (offline_data,))
-            env_step += ft.update_every
-            if closed:
-                buffers = patch_closed(buffers)
+        while learner.env_step < end:
+            metrics = learner.chunk()
+            env_step = learner.env_step
             if metrics:
-                metrics = jax.device_get(metrics)
-                _check_finite({k: np.asarray(v)[:, None] for k, v in metrics.items()}, offline_step + env_step, folder)
                 chunk_metrics.append(metrics)
             at_checkpoint = env_step % ft.checkpoint_every == 0 or env_step == end
+            rate = (env_step - start_step) / max(time.perf_counter() - t_start, 1e-9)
             if env_step % ft.log_every == 0 or env_step % ft.eval_every == 0 or at_checkpoint:
+                returns = learner.take_episode_returns()
                 step_rows = []
                 for s in range(seeds):
                     row = {"step": offline_step + env_step, "seed": s, "phase": "online", "env_step": env_step,
-                           "time": time.time(), "env_steps_per_s": env_step / max(time.perf_counter() - t_start, 1e-9)}
+                           "time": time.time(), "env_steps_per_s": rate}
                     if chunk_metrics:
-                        row.update({k: float(np.mean([np.asarray(m[k])[s] for m in chunk_metrics])) for k in chunk_metrics[0]})
-                    if episode_returns[s]:
-                        row["train/episode_return"] = float(np.mean(episode_returns[s]))
+                        row.update({k: float(np.mean([m[k][s] for m in chunk_metrics])) for k in chunk_metrics[0]})
+                    if returns[s]:
+                        row["train/episode_return"] = float(np.mean(returns[s]))
                     step_rows.append(row)
-                chunk_metrics, episode_returns = [], [[] for _ in range(seeds)]
+                chunk_metrics = []
                 if evaluator is not None and (env_step % ft.eval_every == 0 or env_step == ft.steps):
-                    per_seed = summarise_evaluation(evaluator(agents))
-                    for row, ev in zip(step_rows, per_seed):
+                    for row, ev in zip(step_rows, summarise_evaluation(evaluator(learner.agents))):
                         row.update(ev)
-                    from offrl.engine.training import _eval_text
-
-                    last_eval = _eval_text(per_seed)
+                    last_eval = evaluation_text(step_rows)
                 log.add(step_rows)
             if at_checkpoint:
                 restart(env_step)
-                if episode_extras is not None:  # the restart cuts every open episode (a timeout)
-                    closed.extend((i, pending[i], False) for i in range(seeds) if pending[i])
-                    pending = [[] for _ in range(seeds)]
-                    buffers = patch_closed(buffers)
-                save_checkpoint(folder / "checkpoints", {"agent": agents, "data_keys": data_keys, "buffers": buffers},
+                save_checkpoint(folder / "checkpoints", {"agent": learner.agents, "data_keys": learner.data_keys,
+                                                         "buffers": learner.buffers},
                                 offline_step + env_step, meta={"env_step": env_step})
                 log.write_csv()
-            bar.update(env_step, env_step / max(time.perf_counter() - t_start, 1e-9), last_eval)
+            bar.update(env_step, f"{rate_text(rate, 'env-steps/s')}  {last_eval}")
     finally:
         bar.close()
         log.close()
-        vec.close()
         if evaluator is not None:
             evaluator.close()
-    result = Run(folder, record["algo"], online_config, settings_ft, info, agents, log.rows)
-    summary = online_summary(result.metrics, offline_step)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2))
-    from offrl.plotting import plot_finetune
-
-    plot_finetune(result, folder / "plots", offline_step)
-    return result
 
 
 def online_summary(rows: list[dict], offline_step: int) -> dict:

@@ -194,7 +194,7 @@ def run_episodes(env: VectorEnv, act: Policy, params, seeds: Sequence[int | None
 
 
 def collect_steps(env: VectorEnv, act: Policy, params, budgets: Sequence[int], seed: int, key, carry=None,
-                  reset_carry: Callable | None = None, progress=None, task=None) -> dict[str, np.ndarray]:
+                  reset_carry: Callable | None = None, progress=None) -> dict[str, np.ndarray]:
     """Env ``i`` runs ``budgets[i]`` steps from a reset seeded ``seed * 1000 + i`` (later resets
     unseeded); returns D4RL-layout arrays concatenated env by env.
 
@@ -202,7 +202,7 @@ def collect_steps(env: VectorEnv, act: Policy, params, budgets: Sequence[int], s
     ``terminated``), ``timeouts`` (``truncated``, or the budget's end, and not ``terminated``:
     the last, partial episode of each env ends with a timeout), ``infos/<name>`` for each of
     the policy's extras, and ``_cut`` (``True`` on the last row of an episode cut by the
-    budget). ``progress`` / ``task``: a ``rich`` progress bar advanced every 50 steps.
+    budget). ``progress``: an :class:`offrl.progress.ProgressBar` advanced every 50 steps.
     """
     import jax
 
@@ -240,5 +240,5 @@ def collect_steps(env: VectorEnv, act: Policy, params, budgets: Sequence[int], s
         if reset_carry is not None and restart.any():
             carry = reset_carry(carry, restart)
         if progress is not None and t % 50 == 0:
-            progress.update(task, advance=int(active.sum()) * 50)
+            progress.advance(int(active.sum()) * 50)
     return {k: np.concatenate([v[i, :budgets[i]] for i in range(n)]) for k, v in arrays.items()}

@@ -70,7 +70,7 @@ def select_snapshots(index: dict) -> dict:
     return {"random": random_snap, "medium": medium, "expert": expert, "medium_target_return": target}
 
 
-def collect_with_policy(env_id: str, policy, size: int, seed: int, num_envs: int = 8, progress=None, task=None) -> dict:
+def collect_with_policy(env_id: str, policy, size: int, seed: int, num_envs: int = 8, progress=None) -> dict:
     """Run the stochastic ``policy`` (a :class:`offrl.collect.zoo.BehaviorPolicy`) for ``size`` steps
     in total over ``num_envs`` envs (:func:`offrl.rollout.collect_steps`); return D4RL-layout arrays."""
     import jax
@@ -82,7 +82,7 @@ def collect_with_policy(env_id: str, policy, size: int, seed: int, num_envs: int
     env = VectorEnv(env_id, num_envs)
     try:
         return collect_steps(env, policy.rollout_policy(stochastic=True), policy.params, budgets, seed,
-                             jax.random.PRNGKey(seed), progress=progress, task=task)
+                             jax.random.PRNGKey(seed), progress=progress)
     finally:
         env.close()
 
@@ -123,6 +123,7 @@ def build_tier_dataset(zoo, tier: str, size: int = 100_000, seed: int = 0, env_i
     """
     from offrl import __version__
     from offrl.collect.train import write_references
+    from offrl.progress import ProgressBar
     from offrl.collect.zoo import load_policy, load_zoo_index, read_replay
     from offrl.envs import D4RL_REFERENCE_RETURNS, env_family
 
@@ -144,13 +145,7 @@ def build_tier_dataset(zoo, tier: str, size: int = 100_000, seed: int = 0, env_i
         ref_min, ref_max = refs["random"], refs["expert"]
         ref_source = f"measured in the zoo {Path(zoo).name}: {refs['rule']}"
 
-    bar = None
-    if progress:
-        from offrl.collect.train import _progress
-
-        bar = _progress(True)
-        task = bar.add_task(f"collect {dataset_name(env_id, tier)}", total=size, info="")
-        bar.start()
+    bar = ProgressBar(progress, total=size, title=f"collect {dataset_name(env_id, tier)}")
     try:
         parts = []
         if tier == "medium-replay":
@@ -167,11 +162,10 @@ def build_tier_dataset(zoo, tier: str, size: int = 100_000, seed: int = 0, env_i
             for which, n in plan:
                 policy = load_policy(zoo, chosen[which]["step"])
                 arrays = collect_with_policy(env_id, policy, n, seed=seed * 7919 + len(parts), num_envs=num_envs,
-                                             progress=bar, task=task if bar else None)
+                                             progress=bar)
                 parts.append((which, arrays, chosen[which]))
     finally:
-        if bar is not None:
-            bar.stop()
+        bar.close()
     arrays = {k: np.concatenate([p[1][k] for p in parts]) for k in parts[0][1]}
     if not (arrays["terminals"][-1] or arrays["timeouts"][-1]):
         arrays["timeouts"][-1] = True

@@ -1,10 +1,8 @@
 """Online SAC training of behaviour policies: the loop behind ``offrl collect train-behavior``.
 
-The learner is :mod:`offrl.algos.sac`; the environment is stepped by
-:class:`offrl.rollout.OnlineRollout`, with one jitted action per env step. Transitions go to a
-replay buffer on the device (:mod:`offrl.replay`): every ``update_every`` steps one jitted call
-adds the new rows and runs ``update_every * updates_per_step`` SAC updates in a ``lax.scan``,
-sampling each minibatch inside the compiled code. Every ``snapshot_every`` steps (and at step
+The learner is :mod:`offrl.algos.sac` in the one online loop, :class:`offrl.engine.online.OnlineLearner`
+(one jitted action per env step; every ``update_every`` steps one jitted call adds the new rows to
+the device replay buffer and runs ``update_every * updates_per_step`` SAC updates in a ``lax.scan``). Every ``snapshot_every`` steps (and at step
 0, the randomly initialised actor) the actor is evaluated (:func:`offrl.rollout.run_episodes`),
 saved as a msgpack snapshot with its measured returns, and the new transitions are appended to
 ``replay.hdf5``.
@@ -17,7 +15,6 @@ well-defined ``log pi_b(a|s)``.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from offrl.collect.zoo import BehaviorPolicy, ReplayWriter, _write_json, record_snapshot, save_snapshot, snapshot_facts
+from offrl.collect.zoo import BehaviorPolicy, ReplayWriter, record_snapshot, save_snapshot, snapshot_facts, write_json
 from offrl.config import ANY_INT, NON_NEGATIVE_INT, POSITIVE_INT, OrNone, check_config, param
 from offrl.errors import ConfigError
 
@@ -103,60 +100,41 @@ def env_facts(env_id: str, env) -> dict:
     return facts
 
 
-def _learner_fns(sac_config, config: TrainBehaviorConfig, action_low, action_high, act_key, sample_key):
-    """Jitted ``act``, ``store`` (add rows) and ``learn`` (add rows, then a scan of SAC updates
-    on minibatches sampled from the device buffer)."""
-    from functools import partial
-
+def _packed_act(sac_config, action_low, action_high, act_key):
+    """Jitted ``act(actor_params, step, obs)`` of the one-member SAC agent: one packed row
+    ``[a_norm, a_env, log_prob_norm, mean_u, std_u]`` (one device->host copy per env step)."""
     import jax
     import jax.numpy as jnp
 
     from offrl.algos import sac
-    from offrl.algos.common import Batch
-    from offrl.replay import add_rows, sample_rows
 
     low, high = jnp.asarray(action_low, jnp.float32), jnp.asarray(action_high, jnp.float32)
-
     actor_apply = sac.make_actor(sac_config, len(action_low)).apply
 
     @jax.jit
     def act(actor_params, step, obs):
-        """One packed row ``[a_norm, a_env, log_prob_norm, mean_u, std_u]`` (one device->host copy)."""
-        a, log_probs, mean, std = sac.sample_from_actor(actor_apply, actor_params, obs, jax.random.fold_in(act_key, step))
+        params = jax.tree_util.tree_map(lambda x: x[0], actor_params)
+        a, log_probs, mean, std = sac.sample_from_actor(actor_apply, params, obs, jax.random.fold_in(act_key, step))
         env_a = low + (a[0] + 1.0) * (high - low) / 2.0
         return jnp.concatenate([a[0], env_a, log_probs, mean[0], std[0]])
 
-    @partial(jax.jit, donate_argnums=(0,))
-    def store(buffer, rows):
-        return add_rows(buffer, rows)
-
-    num_updates = config.update_every * config.updates_per_step
-
-    @partial(jax.jit, donate_argnums=(1,))
-    def learn(agent, buffer, rows):
-        buffer = add_rows(buffer, rows)
-
-        def one(agent, _):
-            batch = sample_rows(buffer, jax.random.fold_in(sample_key, agent.step), sac_config.batch_size)
-            return sac.update(agent, Batch.from_rows(batch))
-
-        agent, metrics = jax.lax.scan(one, agent, None, length=num_updates)
-        return agent, buffer, jax.tree_util.tree_map(lambda m: m[-1], metrics)
-
-    return act, store, learn
+    return act
 
 
 def train_behavior(env_id: str, out, config: TrainBehaviorConfig = TrainBehaviorConfig(),
                    sac_config=None, command: str | None = None, progress: bool = True) -> dict:
-    """Train SAC (:class:`offrl.algos.sac.Config`) on ``env_id``, writing a zoo folder at ``out``;
-    returns the zoo index (zoo.json)."""
+    """Train SAC (:class:`offrl.algos.sac.Config`) on ``env_id`` with
+    :class:`offrl.engine.online.OnlineLearner`, writing a zoo folder at ``out``; returns the zoo
+    index (zoo.json)."""
     import jax
 
     from offrl import __version__
     from offrl.algos import sac
     from offrl.algos.common import config_to_dict
-    from offrl.replay import init_buffer
-    from offrl.rollout import OnlineRollout, VectorEnv
+    from offrl.engine.chunks import stack, unstack
+    from offrl.engine.online import OnlineLearner, transition_row
+    from offrl.progress import ProgressBar, rate_text
+    from offrl.rollout import VectorEnv
 
     if config.steps <= 0 or config.snapshot_every <= 0 or config.update_every <= 0:
         raise ConfigError("--steps, --snapshot-every and --update-every must be positive integers.")
@@ -170,108 +148,82 @@ def train_behavior(env_id: str, out, config: TrainBehaviorConfig = TrainBehavior
     if len(env.obs_shape) != 1:
         raise ConfigError(f"environment '{env_id}' has observations of shape {env.obs_shape}; offrl collect needs flat vector observations.")
     facts = env_facts(env_id, env)
-    obs_dim, action_dim = facts["obs_dim"], facts["action_dim"]
+    obs_dim, d = facts["obs_dim"], facts["action_dim"]
 
-    agent = sac.create(sac_config, obs_dim, action_dim, jax.random.PRNGKey(config.seed))
-    policy = BehaviorPolicy(agent.actor.params["params"], obs_dim, action_dim, tuple(sac_config.hidden_dims),
+    agents = stack(sac.create(sac_config, obs_dim, d, jax.random.PRNGKey(config.seed)))
+    policy = BehaviorPolicy(unstack(agents).actor.params["params"], obs_dim, d, tuple(sac_config.hidden_dims),
                             np.asarray(facts["action_low"]), np.asarray(facts["action_high"]))
-    act, store, learn = _learner_fns(sac_config, config, policy.action_low, policy.action_high,
-                                     jax.random.PRNGKey(config.seed + 1_000_003),
-                                     jax.random.PRNGKey(config.seed + 2_000_003))
-    row = {"observations": np.zeros(obs_dim, np.float32), "actions": np.zeros(action_dim, np.float32),
-           "rewards": np.zeros((), np.float32), "next_observations": np.zeros(obs_dim, np.float32),
-           "masks": np.zeros((), np.float32)}
-    buffer = init_buffer(row, capacity)
+    act = _packed_act(sac_config, policy.action_low, policy.action_high, jax.random.PRNGKey(config.seed + 1_000_003))
 
-    n, d = config.steps, action_dim
-    buf_obs = np.zeros((n, obs_dim), np.float32)
-    buf_next = np.zeros((n, obs_dim), np.float32)
-    buf_act_norm = np.zeros((n, d), np.float32)
-    buf_act_env = np.zeros((n, d), np.float32)
-    buf_rew = np.zeros(n, np.float32)
-    buf_term = np.zeros(n, bool)
-    buf_tout = np.zeros(n, bool)
-    buf_logp = np.zeros(n, np.float32)
-    buf_mean = np.zeros((n, d), np.float32)
-    buf_std = np.zeros((n, d), np.float32)
-
+    n = config.steps
+    history = {"observations": np.zeros((n, obs_dim), np.float32), "actions": np.zeros((n, d), np.float32),
+               "rewards": np.zeros(n, np.float32), "next_observations": np.zeros((n, obs_dim), np.float32),
+               "terminals": np.zeros(n, bool), "timeouts": np.zeros(n, bool),
+               "infos/action_log_probs": np.zeros(n, np.float32), "infos/action_mean": np.zeros((n, d), np.float32),
+               "infos/action_std": np.zeros((n, d), np.float32)}
     index = {"format": "offrl-zoo-v1", "offrl_version": __version__, **facts, "algorithm": "SAC",
              "config": config_to_dict(sac_config), "train_config": asdict(config), "seed": config.seed,
              "command": command, "snapshots": [], "steps_done": 0, "env_steps_per_s": None,
              "log_prob_units": "density of the recorded env-unit action: log pi_[-1,1](a_norm) - sum(log((high-low)/2))"}
-    writer = ReplayWriter(out / "replay.hdf5", obs_dim, action_dim, attrs={"env_id": env_id, "seed": config.seed})
-    flushed = 0
-    stored = 0
+    writer = ReplayWriter(out / "replay.hdf5", obs_dim, d, attrs={"env_id": env_id, "seed": config.seed})
+    state = {"flushed": 0, "eval_time": 0.0, "metrics": {}}
     start = time.perf_counter()
-    eval_time = 0.0
-    metrics: dict = {}
+    bar = ProgressBar(progress, total=n, title=f"SAC {env_id}")
 
     def snapshot(step: int) -> dict:
-        nonlocal flushed, eval_time
         t0 = time.perf_counter()
-        policy.params = agent.actor.params["params"]
+        policy.params = unstack(learner.agents).actor.params["params"]
         stoch = evaluate_policy(eval_env, policy, config.eval_episodes, seed=10_000 + config.seed, stochastic=True)
         det = evaluate_policy(eval_env, policy, config.eval_episodes, seed=10_000 + config.seed, stochastic=False)
-        eval_time += time.perf_counter() - t0
+        state["eval_time"] += time.perf_counter() - t0
+        metrics = {k: float(v[0]) for k, v in state["metrics"].items()}
         entry = save_snapshot(out, step, policy.params, {**snapshot_facts(stoch, det, config.eval_episodes, step),
-                                                         "metrics": {k: float(v) for k, v in metrics.items()}})
-        writer.append({"observations": buf_obs[flushed:step], "actions": buf_act_env[flushed:step],
-                       "rewards": buf_rew[flushed:step], "next_observations": buf_next[flushed:step],
-                       "terminals": buf_term[flushed:step], "timeouts": buf_tout[flushed:step],
-                       "infos/action_log_probs": buf_logp[flushed:step] - policy.log_scale,
-                       "infos/action_mean": buf_mean[flushed:step], "infos/action_std": buf_std[flushed:step]})
-        flushed = step
-        record_snapshot(out, index, entry, step, start, eval_time)
+                                                         "metrics": metrics})
+        part = {k: v[state["flushed"]:step] for k, v in history.items()}
+        part["infos/action_log_probs"] = part["infos/action_log_probs"] - policy.log_scale
+        writer.append(part)
+        state["flushed"] = step
+        record_snapshot(out, index, entry, step, start, state["eval_time"])
+        rate = step / max(time.perf_counter() - start - state["eval_time"], 1e-9)
+        bar.update(step, f"eval return {entry['return_mean']:.1f} (det {entry['deterministic_return_mean']:.1f})"
+                         f"  {rate_text(rate, 'env-steps/s')}")
         return entry
 
-    bar = _progress(progress)
-    task = bar.add_task(f"SAC {env_id}", total=n, info="")
-    bar.start()
+    def choose(agents, obs, t):
+        packed = np.asarray(act(agents.actor.params, t, obs))
+        return packed[None, :d], packed[None, d:2 * d], {"packed": packed}
+
+    def observe(transition, agent_actions, logged, t):
+        packed = logged["packed"]
+        for key in ("observations", "next_observations", "actions", "rewards", "terminals", "timeouts"):
+            history[key][t] = transition[key][0]
+        history["infos/action_log_probs"][t] = packed[2 * d]
+        history["infos/action_mean"][t], history["infos/action_std"][t] = packed[2 * d + 1:3 * d + 1], packed[3 * d + 1:]
+        if (t + 1) % config.snapshot_every == 0 and (t + 1) % config.update_every and t + 1 < n:
+            snapshot(t + 1)  # between two updates: the policy that acted
+
+    learner = OnlineLearner(sac, agents, jax.random.PRNGKey(config.seed + 2_000_003)[None], env, choose=choose,
+                            observe=observe, example_row=transition_row(obs_dim, (d,)), capacity=capacity,
+                            batch_size=sac_config.batch_size, update_every=config.update_every,
+                            updates_per_step=config.updates_per_step, start_steps=config.start_steps,
+                            config=sac_config, seed=config.seed)
     try:
         snapshot(0)
-        bar.update(task, info=f"step 0 return {index['snapshots'][-1]['return_mean']:.1f}")
-        rollout = OnlineRollout(env, seed=config.seed)
-        for t in range(n):
-            packed = np.asarray(act(agent.actor.params, t, rollout.obs))
-            transition = rollout.step(packed[None, d:2 * d])
-            buf_obs[t], buf_next[t] = transition["observations"][0], transition["next_observations"][0]
-            buf_act_norm[t], buf_act_env[t] = packed[:d], transition["actions"][0]
-            buf_rew[t], buf_term[t], buf_tout[t] = transition["rewards"][0], transition["terminals"][0], transition["timeouts"][0]
-            buf_logp[t], buf_mean[t], buf_std[t] = packed[2 * d], packed[2 * d + 1:3 * d + 1], packed[3 * d + 1:]
-            size = t + 1
-            if size % config.update_every == 0:
-                rows = {"observations": buf_obs[stored:size], "actions": buf_act_norm[stored:size],
-                        "rewards": buf_rew[stored:size], "next_observations": buf_next[stored:size],
-                        "masks": 1.0 - buf_term[stored:size].astype(np.float32)}
-                stored = size
-                if size >= config.start_steps:
-                    agent, buffer, metrics = learn(agent, buffer, rows)
-                else:
-                    buffer = store(buffer, rows)
-            if size % config.snapshot_every == 0 or size == n:
-                entry = snapshot(size)
-                rate = size / max(time.perf_counter() - start - eval_time, 1e-9)
-                bar.update(task, info=f"eval return {entry['return_mean']:.1f} (det {entry['deterministic_return_mean']:.1f}) | {rate:.0f} env-steps/s")
-            if size % 200 == 0:
-                bar.update(task, completed=size)
-        bar.update(task, completed=n)
+        while learner.env_step < n:
+            state["metrics"] = learner.chunk(min(config.update_every, n - learner.env_step)) or state["metrics"]
+            step = learner.env_step
+            if step % config.snapshot_every == 0 or step == n:  # after this chunk's updates
+                snapshot(step)
+            else:
+                bar.update(step)
     finally:
-        bar.stop()
+        bar.close()
         env.close()
         eval_env.close()
     index["wall_time_s"] = time.perf_counter() - start
-    index["eval_time_s"] = eval_time
-    _write_json(out / "zoo.json", index)
+    index["eval_time_s"] = state["eval_time"]
+    write_json(out / "zoo.json", index)
     return index
-
-
-def _progress(enabled: bool):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    console = Console(file=sys.stderr, quiet=not enabled)
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console)
 
 
 def references_from_zoo(zoo_dir) -> dict:
@@ -285,10 +237,6 @@ def references_from_zoo(zoo_dir) -> dict:
     return {"random": random_entry["return_mean"], "expert": best["return_mean"], "expert_step": best["step"]}
 
 
-def dump_json(data) -> str:
-    return json.dumps(data, indent=2)
-
-
 def write_references(zoo_dir) -> dict:
     """Store the zoo's measured random/expert returns in ``zoo/references.json`` and merge them
     into ``$OFFRL_HOME/references.json`` (read by :func:`offrl.envs.reference_returns`)."""
@@ -300,7 +248,7 @@ def write_references(zoo_dir) -> dict:
     refs["env_id"] = index["env_id"]
     refs["rule"] = ("random = mean stochastic return of the randomly initialised actor (step 0); "
                     "expert = highest mean stochastic return among the snapshots")
-    _write_json(Path(zoo_dir) / "references.json", refs)
+    write_json(Path(zoo_dir) / "references.json", refs)
     home = offrl_home()
     home.mkdir(parents=True, exist_ok=True)
     path = home / "references.json"
@@ -309,5 +257,5 @@ def write_references(zoo_dir) -> dict:
     except ValueError:
         table = {}
     table[index["env_id"]] = [refs["random"], refs["expert"]]
-    _write_json(path, table)
+    write_json(path, table)
     return refs

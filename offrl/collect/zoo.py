@@ -35,7 +35,8 @@ def snapshot_name(step: int) -> str:
     return f"step_{step:07d}"
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
+    """Write ``data`` as indented JSON at ``path`` atomically (a temporary file, then a rename)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=False))
     tmp.replace(path)
@@ -115,6 +116,67 @@ class BehaviorPolicy:
         return np.asarray(tanh_gaussian_log_prob(mean, log_std, norm)) - self.log_scale
 
 
+def epsilon_greedy_log_probs(q: np.ndarray, actions: np.ndarray, epsilon: float) -> np.ndarray:
+    """``log((1 - eps) 1{a = argmax Q} + eps / n)`` for each row of ``q`` ``(B, n)``."""
+    n = q.shape[-1]
+    greedy = q.argmax(-1)
+    return np.log((1.0 - epsilon) * (actions == greedy) + epsilon / n)
+
+
+@dataclass
+class DiscreteBehaviorPolicy:
+    """An epsilon-greedy policy over a DQN Q-network loaded from a zoo snapshot."""
+
+    params: Any
+    obs_dim: int
+    num_actions: int
+    hidden_dims: tuple[int, ...]
+    epsilon: float
+    step: int = 0
+    info: dict | None = None
+
+    def __post_init__(self):
+        import jax
+        import jax.numpy as jnp
+
+        from offrl.algos.discrete_common import DiscreteCritic
+
+        net = DiscreteCritic(self.num_actions, tuple(self.hidden_dims), num_qs=1)
+        n, eps = self.num_actions, float(self.epsilon)
+
+        def q_values(params, obs):
+            return net.apply(params, jnp.asarray(obs, jnp.float32))[0]
+
+        def sample(params, obs, key):
+            q = q_values(params, obs)
+            greedy = q.argmax(-1)
+            explore_key, uniform_key = jax.random.split(key)
+            explore = jax.random.uniform(explore_key, greedy.shape) < eps
+            actions = jnp.where(explore, jax.random.randint(uniform_key, greedy.shape, 0, n), greedy)
+            log_probs = jnp.log((1.0 - eps) * (actions == greedy) + eps / n)
+            return actions, log_probs, greedy
+
+        self._q, self._sample = jax.jit(q_values), jax.jit(sample)
+        self._greedy = jax.jit(lambda params, obs: q_values(params, obs).argmax(-1))
+
+    def rollout_policy(self, stochastic: bool = True):
+        """An :mod:`offrl.rollout` policy (call it with ``self.params``); the epsilon-greedy one
+        reports ``action_log_probs`` and ``greedy_actions`` as extras."""
+        if not stochastic:
+            return lambda params, carry, obs, key: (np.asarray(self._greedy(params, obs))[:, None], carry)
+
+        def act(params, carry, obs, key):
+            actions, log_probs, greedy = (np.asarray(x) for x in self._sample(params, obs, key))
+            return actions[:, None], carry, {"action_log_probs": log_probs, "greedy_actions": greedy}
+
+        return act
+
+    def log_prob(self, observations, actions) -> np.ndarray:
+        """``log pi_b(a | s)`` recomputed from the parameters."""
+        q = np.asarray(self._q(self.params, observations))
+        return epsilon_greedy_log_probs(q, np.asarray(actions).reshape(-1), self.epsilon)
+
+
 def make_actor(hidden_dims, action_dim: int):
     """The zoo's actor network: SAC's tanh-Gaussian actor with these hidden widths."""
     from offrl.algos import sac
@@ -131,7 +193,7 @@ def save_snapshot(zoo_dir: Path, step: int, actor_params, facts: dict) -> dict:
     name = snapshot_name(step)
     (folder / f"{name}.msgpack").write_bytes(serialization.to_bytes(actor_params))
     facts = {"step": int(step), "file": f"snapshots/{name}.msgpack", **facts}
-    _write_json(folder / f"{name}.json", facts)
+    write_json(folder / f"{name}.json", facts)
     return facts
 
 
@@ -152,7 +214,7 @@ def record_snapshot(zoo_dir: Path, index: dict, entry: dict, step: int, start: f
     elapsed = time.perf_counter() - start
     index["env_steps_per_s"] = step / max(elapsed - eval_time, 1e-9) if step else None
     index["wall_time_s"] = elapsed
-    _write_json(Path(zoo_dir) / "zoo.json", index)
+    write_json(Path(zoo_dir) / "zoo.json", index)
 
 
 def load_zoo_index(zoo_dir) -> dict:
@@ -176,8 +238,6 @@ def load_policy(zoo_dir, step: int) -> BehaviorPolicy:
         raise ConfigError(f"zoo '{zoo_dir}' has no snapshot at step {step}; available steps: {steps}.")
     facts = json.loads(json_path.read_text())
     if index.get("algorithm") == "DQN":
-        from offrl.collect.discrete import load_discrete_policy
-
         return load_discrete_policy(zoo_dir, index, facts)
     hidden = tuple(index["config"]["hidden_dims"])
     obs_dim, action_dim = int(index["obs_dim"]), int(index["action_dim"])
@@ -186,6 +246,20 @@ def load_policy(zoo_dir, step: int) -> BehaviorPolicy:
     params = serialization.from_bytes(template, (zoo_dir / facts["file"]).read_bytes())
     return BehaviorPolicy(params, obs_dim, action_dim, hidden, np.asarray(index["action_low"]),
                           np.asarray(index["action_high"]), step=int(step), info=facts)
+
+
+def load_discrete_policy(zoo_dir, index: dict, facts: dict) -> DiscreteBehaviorPolicy:
+    import jax
+    import jax.numpy as jnp
+    from flax import serialization
+
+    from offrl.algos.discrete_common import DiscreteCritic
+
+    hidden = tuple(index["config"]["hidden_dims"])
+    obs_dim, n = int(index["obs_dim"]), int(index["num_actions"])
+    template = DiscreteCritic(n, hidden, num_qs=1).init(jax.random.PRNGKey(0), jnp.zeros((1, obs_dim), jnp.float32))
+    params = serialization.from_bytes(template, (Path(zoo_dir) / facts["file"]).read_bytes())
+    return DiscreteBehaviorPolicy(params, obs_dim, n, hidden, float(index["behavior_epsilon"]), int(facts["step"]), facts)
 
 
 # ---------------------------------------------------------------------- replay history

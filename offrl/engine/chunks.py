@@ -136,10 +136,11 @@ def unstack(tree, index: int = 0):
 
 
 def stack(tree):
-    """A one-seed pytree with a leading seed axis of length 1."""
+    """A one-seed pytree with a leading seed axis of length 1 (Python scalars become arrays)."""
     import jax
+    import jax.numpy as jnp
 
-    return jax.tree_util.tree_map(lambda x: x[None], tree)
+    return jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], tree)
 
 
 class Trainer:

@@ -4,7 +4,6 @@ no logging)."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Mapping
 
@@ -12,6 +11,7 @@ import numpy as np
 
 from offrl.engine.chunks import Trainer, create_agents
 from offrl.engine.data import prepare_data
+from offrl.engine.training import run_config
 
 
 def measure_throughput(algo: str, observations, actions, rewards, next_observations, terminals=None,
@@ -28,13 +28,10 @@ def measure_throughput(algo: str, observations, actions, rewards, next_observati
     import jax
 
     from offrl.algos import get_algorithm
-    from offrl.algos.common import apply_overrides
     from offrl.data import Dataset
 
     module = get_algorithm(algo)
-    config = apply_overrides(module.Config(), config_overrides)
-    if hasattr(config, "schedule_steps") and config.schedule_steps is None:
-        config = dataclasses.replace(config, schedule_steps=1_000_000)
+    config = run_config(module, config_overrides, 1_000_000)
     n = len(rewards)
     dataset = Dataset.from_arrays(np.asarray(observations, np.float32).reshape(n, -1),
                                   np.asarray(actions, np.float32).reshape(n, -1), np.asarray(rewards, np.float32).reshape(n),

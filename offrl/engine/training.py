@@ -1,8 +1,10 @@
-"""Training: :func:`train` runs an algorithm on a dataset, chunk by chunk, into a run folder.
+"""Training: the one offline loop (:func:`offline_loop`) and :func:`train`, which runs it into a run folder.
 
-Per chunk, Python calls the compiled ``lax.scan`` once for all seeds (:mod:`offrl.engine.chunks`),
-checks the chunk's metrics are finite, logs one row per seed, evaluates every ``eval_every``
-steps (:mod:`offrl.engine.evaluation`) and checkpoints. A killed run resumes from its latest
+Per chunk, Python calls the compiled ``lax.scan`` once for all members (:mod:`offrl.engine.chunks`),
+checks the chunk's metrics are finite (:func:`check_finite`), and hands one row per member to the
+loop's hooks (:class:`LoopHooks`): evaluation every ``eval_every`` steps, logging, checkpoints,
+progress. :func:`train` runs one configuration x seeds; :mod:`offrl.sweeps` runs several
+configurations x seeds as one program through the same loop. A killed run resumes from its latest
 checkpoint with the metrics log truncated to it, and ends bit-identical to an uninterrupted one.
 """
 
@@ -12,7 +14,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -21,26 +23,180 @@ from offrl.engine.data import prepare_data
 from offrl.engine.evaluation import Evaluator, summarise_evaluation
 from offrl.engine.run import Run, reference_metadata, references, run_record
 from offrl.errors import ConfigError, DivergenceError
+from offrl.progress import ProgressBar, rate_text
 from offrl.run_folder import MetricsLog, first_non_finite, truncate_metrics
 
 
-def _load_dataset(dataset):
-    from offrl.data import Dataset
+# ---------------------------------------------------------------------- what a run starts from
+def load_dataset(dataset):
+    """``dataset`` as an :class:`offrl.data.Dataset` (a registry name or file path is loaded)."""
+    from offrl.data import Dataset, load
 
-    if isinstance(dataset, Dataset):
-        return dataset
-    try:
-        from offrl.data import load
-    except ImportError:
-        raise ConfigError(f"cannot load dataset {dataset!r}: offrl.data.load is not available in this build; pass a Dataset object.") from None
-    return load(str(dataset))
+    return dataset if isinstance(dataset, Dataset) else load(str(dataset))
 
 
-def _describe_dataset(dataset, source) -> str:
+def describe_dataset(dataset, source) -> str:
     """The name or path the user gave, or the Dataset's own ``source``."""
     return str(source) if not hasattr(source, "observations") else getattr(dataset, "source", "<arrays>")
 
 
+def check_run_counts(**counts: int) -> None:
+    """Each of ``steps``, ``seeds``, ``eval_every``, ``log_every``... must be a positive integer."""
+    for name, value in counts.items():
+        if int(value) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} is {value}; it must be a positive integer.")
+
+
+def with_schedule_steps(config, steps: int):
+    """``config`` with a ``schedule_steps`` field left at ``None`` set to ``steps`` (the length of the
+    run's learning-rate schedules); configs without the field are returned unchanged."""
+    names = {f.name for f in dataclasses.fields(config)}
+    if "schedule_steps" in names and config.schedule_steps is None:
+        return dataclasses.replace(config, schedule_steps=int(steps))
+    return config
+
+
+def run_config(module, overrides: Mapping[str, Any] | None, steps: int, *more: Mapping[str, Any]):
+    """A new run's config: ``module.Config()`` with ``overrides`` (then each of ``more``) applied and
+    its schedules set to ``steps`` (:func:`with_schedule_steps`)."""
+    from offrl.algos.common import apply_overrides
+
+    config = apply_overrides(module.Config(), overrides)
+    for extra in more:
+        config = apply_overrides(config, dict(extra))
+    return with_schedule_steps(config, steps)
+
+
+def dataset_config(module, config, dataset, env_id: str | None):
+    """The spec's ``config_for_dataset`` hook applied once, when a run starts (e.g. DT's target return)."""
+    from offrl.algos import algorithm_spec
+    from offrl.engine.data import data_info
+
+    hook = algorithm_spec(module).config_for_dataset
+    return config if hook is None else hook(config, dataset, data_info(dataset, config, env_id))
+
+
+def run_settings(dataset, source, env_id: str | None, *, steps: int, seeds: int, seed: int, eval_every: int,
+                 eval_episodes: int, log_every: int, keep_checkpoints: bool = False) -> dict:
+    """The ``settings`` of a run's ``config.json``: what it trained on and how."""
+    return dict(dataset=describe_dataset(dataset, source), env=env_id, steps=int(steps), seeds=int(seeds),
+                seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
+                log_every=int(log_every), transitions=len(dataset), references=references(env_id, dataset.metadata),
+                keep_checkpoints=bool(keep_checkpoints))
+
+
+def write_run_folder(folder: Path, record: dict) -> None:
+    """``config.json``, an empty ``metrics.jsonl``, ``checkpoints/`` and ``plots/``."""
+    (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (folder / "plots").mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(record, indent=2))
+    (folder / "metrics.jsonl").write_text("")
+
+
+# ---------------------------------------------------------------------- the loop
+def check_finite(metrics: Mapping[str, Any], step: int, *, member: Callable[[int], str] = lambda m: f"seed {m}",
+                 advice: str = "lower the learning rates or normalise observations/rewards.",
+                 folder: Path | None = None, what: str = "training") -> None:
+    """Raise :class:`DivergenceError` naming the first non-finite metric, its step and its member.
+
+    ``metrics[name]`` has shape ``(members, updates)``; the chunk started after ``step``. With a
+    ``folder``, the message says which checkpoint is the last good one.
+    """
+    bad = first_non_finite(metrics)
+    if bad is None:
+        return
+    name, index, value = bad
+    index_member, offset = index if len(index) == 2 else (0, index[-1])
+    where = ""
+    if folder is not None:
+        from offrl.checkpoint import latest_checkpoint
+
+        latest = latest_checkpoint(folder / "checkpoints")
+        where = f" The last good checkpoint (step {latest['step']}) is kept in {folder / 'checkpoints'}." if latest else " No checkpoint was saved before it."
+    raise DivergenceError(f"{what} diverged: '{name}' became {value} at step {step + offset + 1} ({member(index_member)});"
+                          f" {advice}{where}")
+
+
+@dataclasses.dataclass
+class LoopHooks:
+    """What :func:`offline_loop` does beside the updates; every hook is optional.
+
+    evaluate(agents) -> one row of evaluation metrics per member, at every ``eval_every`` step and the last.
+    log(rows): one metrics row per member, after every chunk.
+    checkpoint(agents, data_keys, step): at every ``eval_every`` step and where the loop stops.
+    after_evaluation(step, rows): after an evaluation's rows were logged and checkpointed (Ray Tune reports here).
+    progress(step, updates, seconds, rows): after every chunk of ``updates`` updates per member.
+    member(m) -> how a divergence message names member ``m``; advice: the message's remedy.
+    folder: the run folder whose last good checkpoint a divergence message names.
+    """
+
+    evaluate: Callable | None = None
+    log: Callable | None = None
+    checkpoint: Callable | None = None
+    after_evaluation: Callable | None = None
+    progress: Callable | None = None
+    member: Callable[[int], str] = lambda m: f"seed {m}"
+    advice: str = "lower the learning rates or normalise observations/rewards."
+    folder: Path | None = None
+
+
+def offline_loop(trainer: Trainer, agents, data_keys, data, *, step: int, end: int, steps: int, eval_every: int,
+                 log_every: int, seeds: int, hooks: LoopHooks):
+    """Train from ``step`` to ``end`` (``<= steps``) in chunks that stop at every multiple of
+    ``log_every`` and ``eval_every``; returns the agents. Member ``m``'s rows carry ``seed = m % seeds``
+    (a sweep's members are configurations x seeds)."""
+    import jax
+
+    while step < end:
+        boundary = min(_next_multiple(step, log_every), _next_multiple(step, eval_every), end)
+        n = boundary - step
+        t0 = time.perf_counter()
+        new_agents, metrics = trainer.run(agents, data_keys, data, n)
+        metrics = jax.device_get(metrics)
+        elapsed = time.perf_counter() - t0
+        check_finite(metrics, step, member=hooks.member, advice=hooks.advice, folder=hooks.folder)
+        agents, step = new_agents, boundary
+        members = int(np.asarray(agents.step).shape[0])
+        rows = [{"step": step, "seed": m % seeds, "time": time.time(), "steps_per_s": n / max(elapsed, 1e-9),
+                 **{k: float(np.mean(v[m])) for k, v in sorted(metrics.items())}} for m in range(members)]
+        evaluated = hooks.evaluate is not None and (step % eval_every == 0 or step == steps)
+        if evaluated:
+            for row, ev in zip(rows, hooks.evaluate(agents)):
+                row.update(ev)
+        if hooks.log is not None:
+            hooks.log(rows)
+        if hooks.checkpoint is not None and (step % eval_every == 0 or step == end):
+            hooks.checkpoint(agents, data_keys, step)
+        if evaluated and hooks.after_evaluation is not None:
+            hooks.after_evaluation(step, rows)
+        if hooks.progress is not None:
+            hooks.progress(step, n, elapsed, rows)
+    return agents
+
+
+def _next_multiple(step: int, every: int) -> int:
+    return (step // every + 1) * every
+
+
+def evaluation_text(rows: list[dict]) -> str:
+    """``score 41.2±3.0`` over the rows' evaluations (raw returns without reference returns); ``""`` without."""
+    rows = [r for r in rows if "eval/return" in r]
+    if not rows:
+        return ""
+    score = np.array([r["eval/normalized_score"] for r in rows], float)
+    ret = np.array([r["eval/return"] for r in rows], float)
+    if np.all(np.isfinite(score)):
+        return f"score {score.mean():.1f}±{score.std():.1f}"
+    return f"return {ret.mean():.1f}±{ret.std():.1f}"
+
+
+def save_agents(folder: Path, agents, data_keys, step: int, keep: int = 1) -> None:
+    from offrl.checkpoint import save_checkpoint
+
+    save_checkpoint(folder / "checkpoints", {"agent": agents, "data_keys": data_keys}, step, keep=keep)
+
+
+# ---------------------------------------------------------------------- train
 def train(
     algo: str = "iql",
     dataset: Any = None,
@@ -82,16 +238,13 @@ def train(
 
     from offrl.algos import get_algorithm
     from offrl.algos.common import apply_overrides, config_from_dict
-
     from offrl.envs import check_env_id
 
     check_env_id(env)
     module = get_algorithm(algo)
     algo = module.__name__.split(".")[-1]
     folder = Path(out) if out is not None else None
-    for name, value in (("steps", steps), ("seeds", seeds), ("eval_every", eval_every), ("log_every", log_every)):
-        if int(value) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} is {value}; it must be a positive integer.")
+    check_run_counts(steps=steps, seeds=seeds, eval_every=eval_every, log_every=log_every)
     previous = None
     if resume:
         if folder is None or not (folder / "config.json").exists():
@@ -102,40 +255,34 @@ def train(
         config = config_from_dict(module.Config, previous["config"])
         config = apply_overrides(config, config_overrides) if config_overrides else config
     else:
-        config = apply_overrides(module.Config(), config_overrides)
-        if hasattr(config, "schedule_steps") and config.schedule_steps is None:
-            config = dataclasses.replace(config, schedule_steps=int(steps))
+        config = run_config(module, config_overrides, steps)
     if devices is not None:
         from offrl.engine.sharding import check_devices, resolve_devices
 
         devices = resolve_devices(devices, seeds, config.batch_size)
         check_devices(devices, seeds, config.batch_size)
-    ds = _load_dataset(dataset)
+    ds = load_dataset(dataset)
     env_id = env or (previous["settings"].get("env") if previous else None) or ds.metadata.get("env_id")
-    if previous is None and hasattr(module, "config_for_dataset"):  # e.g. DT's default target return, TT's bins
-        from offrl.engine.data import data_info
-
-        config = module.config_for_dataset(config, ds, data_info(ds, config, env_id))
+    if previous is None:
+        config = dataset_config(module, config, ds, env_id)
     data, info = prepare_data(ds, config, env_id, module)
-    settings = dict(dataset=_describe_dataset(ds, dataset), env=env_id, steps=int(steps), seeds=int(seeds),
-                              seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
-                              log_every=int(log_every), transitions=len(ds),
-                              references=references(env_id, ds.metadata),
-                              keep_checkpoints=bool(keep_checkpoints or (previous or {}).get("settings", {}).get("keep_checkpoints")))
+    settings = run_settings(ds, dataset, env_id, steps=steps, seeds=seeds, seed=seed, eval_every=eval_every,
+                            eval_episodes=eval_episodes, log_every=log_every,
+                            keep_checkpoints=keep_checkpoints or (previous or {}).get("settings", {}).get("keep_checkpoints", False))
     if previous:
         for key in ("seeds", "seed"):
             if previous["settings"][key] != settings[key]:
                 raise ConfigError(f"--resume: {folder} was trained with --{key} {previous['settings'][key]}; pass the same value.")
+    record = run_record(algo, config, settings, info)
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "checkpoints").mkdir(exist_ok=True)
-        (folder / "plots").mkdir(exist_ok=True)
         if not resume and (folder / "checkpoints" / "latest.json").exists():
             raise ConfigError(f"run folder {folder} already holds a run; pass --resume to continue it or choose another --out.")
-        (folder / "config.json").write_text(json.dumps(run_record(algo, config, settings, info), indent=2))
+        (folder / "checkpoints").mkdir(exist_ok=True)
+        (folder / "plots").mkdir(exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(record, indent=2))
 
-    log = MetricsLog(folder, rows=[], tensorboard=tensorboard, wandb=wandb,
-                     run_config=run_record(algo, config, settings, info))
+    log = MetricsLog(folder, rows=[], tensorboard=tensorboard, wandb=wandb, run_config=record)
     agents, data_keys = create_agents(module, config, info.obs_dim, info.action_dim, seed, seeds)
     rows: list[dict] = []
     if resume:
@@ -165,104 +312,34 @@ def train(
     if env_id and eval_episodes > 0:
         evaluator = Evaluator(module, agents, info, env_id, eval_episodes, seeds,
                               getattr(config, "discount", 0.99), metadata=reference_metadata(settings))
-    trainer = Trainer(module, config.batch_size, seeds, batch_sharding)
-    run = Run(folder, algo, config, settings, info, agents, log.rows)
     step = int(np.asarray(agents.step).reshape(-1)[0])
     end = int(steps) if stop_at is None else min(int(steps), int(stop_at))
-    last_eval: str = ""
-    bar = _Progress(progress, total=int(steps), start=step, title=f"{algo} x{seeds}")
+    bar = ProgressBar(progress, total=int(steps), start=step, title=f"{algo} x{seeds}")
+    last_eval = [""]
+
+    def checkpoint(agents, data_keys, step):
+        if folder is not None:
+            save_agents(folder, agents, data_keys, step, keep=0 if settings["keep_checkpoints"] else 1)
+            log.write_csv()
+
+    def show(step, n, elapsed, rows):
+        last_eval[0] = evaluation_text(rows) or last_eval[0]
+        bar.update(step, f"{rate_text(n / max(elapsed, 1e-9))}  {last_eval[0]}")
+
+    hooks = LoopHooks(evaluate=(lambda a: summarise_evaluation(evaluator(a))) if evaluator is not None else None,
+                      log=log.add, checkpoint=checkpoint, progress=show, folder=folder)
     try:
-        while step < end:
-            boundary = min(_next_multiple(step, log_every), _next_multiple(step, eval_every), end)
-            n = boundary - step
-            t0 = time.perf_counter()
-            new_agents, metrics = trainer.run(agents, data_keys, data, n)
-            metrics = jax.device_get(metrics)
-            elapsed = time.perf_counter() - t0
-            _check_finite(metrics, step, folder)
-            agents, step = new_agents, boundary
-            chunk_rows = [{"step": step, "seed": s, "time": time.time(), "steps_per_s": n / max(elapsed, 1e-9),
-                           **{k: float(np.mean(v[s])) for k, v in sorted(metrics.items())}} for s in range(seeds)]
-            if evaluator is not None and (step % eval_every == 0 or step == int(steps)):
-                per_seed = summarise_evaluation(evaluator(agents))
-                for row, ev in zip(chunk_rows, per_seed):
-                    row.update(ev)
-                last_eval = _eval_text(per_seed)
-            log.add(chunk_rows)
-            if folder is not None and (step % eval_every == 0 or step == end):
-                _save(folder, agents, data_keys, step, keep=0 if settings["keep_checkpoints"] else 1)
-                log.write_csv()
-            bar.update(step, n / max(elapsed, 1e-9), last_eval)
+        agents = offline_loop(Trainer(module, config.batch_size, seeds, batch_sharding), agents, data_keys, data,
+                              step=step, end=end, steps=int(steps), eval_every=int(eval_every), log_every=int(log_every),
+                              seeds=int(seeds), hooks=hooks)
     finally:
         bar.close()
         log.close()
         if evaluator is not None:
             evaluator.close()
-    run.agent = agents
-    run.metrics = log.rows
+    run = Run(folder, algo, config, settings, info, agents, log.rows)
     if folder is not None and run.evaluations():
         from offrl.plotting import plot_runs
 
         plot_runs([run], folder / "plots")
     return run
-
-
-def _next_multiple(step: int, every: int) -> int:
-    return (step // every + 1) * every
-
-
-def _save(folder: Path, agents, data_keys, step: int, keep: int = 1) -> None:
-    from offrl.checkpoint import save_checkpoint
-
-    save_checkpoint(folder / "checkpoints", {"agent": agents, "data_keys": data_keys}, step, keep=keep)
-
-
-def _check_finite(metrics: dict, step: int, folder: Path | None) -> None:
-    """Raise :class:`DivergenceError` naming the first non-finite metric, its step and seed."""
-    bad = first_non_finite(metrics)
-    if bad is None:
-        return
-    name, index, value = bad
-    seed_idx, offset = (index if len(index) == 2 else (0, index[-1]))
-    where = ""
-    if folder is not None:
-        from offrl.checkpoint import latest_checkpoint
-
-        latest = latest_checkpoint(folder / "checkpoints")
-        where = f" The last good checkpoint (step {latest['step']}) is kept in {folder / 'checkpoints'}." if latest else " No checkpoint was saved before it."
-    raise DivergenceError(
-        f"training diverged: '{name}' became {value} at step {step + offset + 1} (seed {seed_idx});"
-        f" lower the learning rates or normalise observations/rewards.{where}")
-
-
-def _eval_text(per_seed: list[dict]) -> str:
-    score = np.array([r["eval/normalized_score"] for r in per_seed])
-    ret = np.array([r["eval/return"] for r in per_seed])
-    if np.all(np.isfinite(score)):
-        return f"score {score.mean():.1f}±{score.std():.1f}"
-    return f"return {ret.mean():.1f}±{ret.std():.1f}"
-
-
-class _Progress:
-    """A rich progress bar with steps/s, ETA and the last evaluation (no-op when disabled)."""
-
-    def __init__(self, enabled: bool, total: int, start: int, title: str):
-        self.progress = None
-        if not enabled:
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]} steps/s"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            TextColumn("{task.fields[last_eval]}"), transient=False)
-        self.progress.start()
-        self.task = self.progress.add_task(title, total=total, completed=start, rate="-", last_eval="")
-
-    def update(self, step: int, rate: float, last_eval: str) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, completed=step, rate=f"{rate:,.0f}", last_eval=last_eval)
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()

@@ -10,7 +10,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -37,16 +36,13 @@ def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] |
     import dataclasses
 
     from offrl.algos import get_algorithm
-    from offrl.algos.common import apply_overrides
     from offrl.engine.data import prepare_data
-    from offrl.engine.run import references
-    from offrl.engine.training import _describe_dataset, _load_dataset
+    from offrl.engine.training import check_run_counts, dataset_config, load_dataset, run_config, run_settings
+    from offrl.sweeps.program import train_program
 
     module = get_algorithm(algo)
     algo = module.__name__.split(".")[-1]
-    for name, value in (("steps", steps), ("seeds", seeds), ("eval_every", eval_every), ("log_every", log_every)):
-        if int(value) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} is {value}; it must be a positive integer.")
+    check_run_counts(steps=steps, seeds=seeds, eval_every=eval_every, log_every=log_every)
     items = list(grid) if not isinstance(grid, Mapping) else [f"{k}={';'.join(_text(v) for v in vs)}" for k, vs in grid.items()]
     if backend == "ray":
         from offrl.sweeps.ray_backend import ray_sweep
@@ -70,25 +66,22 @@ def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] |
     folder = Path(out) if out is not None else None
     if folder is not None and (folder / "sweep.json").exists():
         raise ConfigError(f"sweep folder {folder} already holds a sweep (sweep.json); choose another --out.")
-    base = apply_overrides(module.Config(), config_overrides)
-    if hasattr(base, "schedule_steps") and base.schedule_steps is None:
-        base = dataclasses.replace(base, schedule_steps=int(steps))
-    ds = _load_dataset(dataset)
+    base = run_config(module, config_overrides, steps)
+    ds = load_dataset(dataset)
     env_id = env or ds.metadata.get("env_id")
-    settings = dict(dataset=_describe_dataset(ds, dataset), env=env_id, steps=int(steps), seeds=int(seeds),
-                    seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
-                    log_every=int(log_every), transitions=len(ds), references=references(env_id, ds.metadata))
+    settings = run_settings(ds, dataset, env_id, steps=steps, seeds=seeds, seed=seed, eval_every=eval_every,
+                            eval_episodes=eval_episodes, log_every=log_every)
     echo(f"offrl sweep: {plan.describe()}")
     results = []
     t0 = time.perf_counter()
     for program in plan.programs:
-        config = dataclasses.replace(base, **program.static)
+        config = dataset_config(module, dataclasses.replace(base, **program.static), ds, env_id)
         data, info = prepare_data(ds, config, env_id, module)
         folders = [folder / folder_name(p) if folder is not None else None for p in program.members]
-        runs = _backend_program(module, algo, data, info, config, program.members, plan.traced, folders, settings,
-                                steps=int(steps), seeds=int(seeds), seed=int(seed), eval_every=int(eval_every),
-                                eval_episodes=int(eval_episodes), log_every=int(log_every), env_id=env_id,
-                                devices=devices, progress=progress)
+        runs = train_program(module, algo, data, info, config, program.members, plan.traced, folders, settings,
+                             steps=int(steps), seeds=int(seeds), seed=int(seed), eval_every=int(eval_every),
+                             eval_episodes=int(eval_episodes), log_every=int(log_every), env_id=env_id,
+                             devices=devices, progress=progress)
         results.extend(configuration_result(point, run) for point, run in zip(program.members, runs))
     result = SweepResult(algo, settings["dataset"], {k: list(v) for k, v in parsed.items()}, plan.traced,
                          len(plan.programs), results, time.perf_counter() - t0, folder)
@@ -97,59 +90,5 @@ def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] |
     return result
 
 
-def train_configuration(algo: str, dataset: Any, point: Mapping[str, Any], config_overrides: Mapping | None,
-                        folder: Path | None, *, steps: int, seeds: int, seed: int, eval_every: int, eval_episodes: int,
-                        log_every: int, env: str | None = None, on_evaluation=None):
-    """One configuration (``config_overrides`` then ``point``) x ``seeds`` as one vmapped
-    program into ``folder`` (a Ray trial's body); returns its :class:`offrl.engine.Run`."""
-    import dataclasses
-
-    from offrl.algos import get_algorithm
-    from offrl.algos.common import apply_overrides
-    from offrl.engine.data import prepare_data
-    from offrl.engine.run import references
-    from offrl.engine.training import _describe_dataset, _load_dataset
-    from offrl.sweeps.program import train_program
-
-    module = get_algorithm(algo)
-    config = apply_overrides(apply_overrides(module.Config(), config_overrides), dict(point))
-    if hasattr(config, "schedule_steps") and config.schedule_steps is None:
-        config = dataclasses.replace(config, schedule_steps=int(steps))
-    ds = _load_dataset(dataset)
-    env_id = env or ds.metadata.get("env_id")
-    settings = dict(dataset=_describe_dataset(ds, dataset), env=env_id, steps=int(steps), seeds=int(seeds),
-                    seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
-                    log_every=int(log_every), transitions=len(ds), references=references(env_id, ds.metadata))
-    data, info = prepare_data(ds, config, env_id, module)
-    return train_program(module, algo, data, info, config, [dict(point)], (), [folder], settings, steps=int(steps),
-                         seeds=int(seeds), seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
-                         log_every=int(log_every), env_id=env_id, on_evaluation=on_evaluation)[0]
-
-
-def _backend_program(module, algo, data, info, config, points, traced, folders, settings, *, progress, **kw):
-    from offrl.sweeps.program import train_program
-
-    bar = _Bar(progress, kw["steps"], f"{algo} {len(points)} configs x {kw['seeds']} seeds")
-    try:
-        return train_program(module, algo, data, info, config, points, traced, folders, settings,
-                             progress=bar.advance, **kw)
-    finally:
-        bar.close()
-
-
 def _text(value) -> str:
     return ",".join(str(v) for v in value) if isinstance(value, (tuple, list)) else str(value)
-
-
-class _Bar:
-    def __init__(self, enabled: bool, total: int, title: str):
-        from offrl.engine.training import _Progress
-
-        self.progress, self.step = _Progress(enabled, total=total, start=0, title=title), 0
-
-    def advance(self, n: int, members: int, elapsed: float) -> None:
-        self.step += n
-        self.progress.update(self.step, members * n / max(elapsed, 1e-9), "")
-
-    def close(self) -> None:
-        self.progress.close()

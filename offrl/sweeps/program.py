@@ -13,17 +13,19 @@ one ``vmap``. Each configuration gets its own run folder (``config.json`` with i
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from offrl.engine.chunks import Trainer, create_agents
+from offrl.engine.data import prepare_data
 from offrl.engine.evaluation import Evaluator, summarise_evaluation
 from offrl.engine.run import Run, reference_metadata, run_record
-from offrl.errors import DivergenceError
-from offrl.run_folder import MetricsLog, first_non_finite
+from offrl.engine.training import (LoopHooks, dataset_config, load_dataset, offline_loop, run_config, run_settings,
+                                   save_agents, write_run_folder)
+from offrl.progress import ProgressBar, rate_text
+from offrl.run_folder import MetricsLog
 
 
 def member_agents(module, config, info, traced: Mapping[str, Sequence[float]], seed: int, seeds: int):
@@ -55,13 +57,11 @@ def configuration_slice(agents, index: int, seeds: int):
 def train_program(module, algo: str, data, info, config, points: list[dict], traced: Sequence[str],
                   folders: list[Path | None], settings: dict, *, steps: int, seeds: int, seed: int,
                   eval_every: int, eval_episodes: int, log_every: int, env_id: str | None,
-                  progress=None, devices: int | None = None, on_evaluation=None) -> list[Run]:
+                  progress: bool = False, devices: int | None = None, on_evaluation=None) -> list[Run]:
     """Train ``points`` (configurations differing only in ``traced`` fields) x ``seeds`` as one
-    program; returns one :class:`Run` per configuration, written to ``folders``.
-    ``on_evaluation(step, rows)`` receives each evaluation's metric rows (one per member; a
-    Ray Tune trial reports them, and its scheduler may stop the trial there)."""
-    import jax
-
+    program through :func:`offrl.engine.training.offline_loop`; returns one :class:`Run` per
+    configuration, written to ``folders``. ``on_evaluation(step, rows)`` receives each evaluation's
+    metric rows (one per member; a Ray Tune trial reports them, and its scheduler may stop the trial there)."""
     count = len(points)
     members = count * seeds
     config = dataclasses.replace(config, **{name: points[0][name] for name in traced})  # static branches (e.g. alpha None) follow the grid
@@ -74,53 +74,44 @@ def train_program(module, algo: str, data, info, config, points: list[dict], tra
     configs = [dataclasses.replace(config, **{name: p[name] for name in traced}) for p in points]
     logs = []
     for cfg, folder in zip(configs, folders):
-        record = run_record(algo, cfg, settings, info)
         if folder is not None:
-            import json
-
-            (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
-            (folder / "plots").mkdir(exist_ok=True)
-            (folder / "config.json").write_text(json.dumps(record, indent=2))
-            (folder / "metrics.jsonl").write_text("")
+            write_run_folder(folder, run_record(algo, cfg, settings, info))
         logs.append(MetricsLog(folder, rows=[]))
     evaluator = None
     if env_id and eval_episodes > 0:
         evaluator = Evaluator(module, agents, info, env_id, eval_episodes, members,
                               getattr(config, "discount", 0.99), metadata=reference_metadata(settings))
-    trainer = Trainer(module, config.batch_size, members)
-    step = 0
+
+    def log(rows):
+        for c, config_log in enumerate(logs):
+            config_log.add(rows[c * seeds:(c + 1) * seeds])
+
+    def checkpoint(agents, data_keys, step):
+        for c, folder in enumerate(folders):
+            if folder is not None:
+                save_agents(folder, configuration_slice(agents, c, seeds), data_keys[c * seeds:(c + 1) * seeds], step)
+
+    def member(m):
+        point = ", ".join(f"{k}={v}" for k, v in points[m // seeds].items())
+        return f"configuration ({point or 'base'}), seed {m % seeds}"
+
+    bar = ProgressBar(progress, total=steps, title=f"{algo} {count} configs x {seeds} seeds")
+    hooks = LoopHooks(evaluate=(lambda a: summarise_evaluation(evaluator(a))) if evaluator is not None else None,
+                      log=log, checkpoint=checkpoint, after_evaluation=on_evaluation, member=member,
+                      advice="narrow the grid or lower the learning rates.",
+                      progress=lambda step, n, elapsed, rows: bar.update(step, rate_text(members * n / max(elapsed, 1e-9))))
     try:
-        while step < steps:
-            boundary = min((step // log_every + 1) * log_every, (step // eval_every + 1) * eval_every, steps)
-            n = boundary - step
-            t0 = time.perf_counter()
-            agents, metrics = trainer.run(agents, data_keys, data, n)
-            metrics = jax.device_get(metrics)
-            elapsed = time.perf_counter() - t0
-            _check_finite(metrics, step, points, seeds)
-            step = boundary
-            rows = [{"step": step, "seed": m % seeds, "time": time.time(), "steps_per_s": n / max(elapsed, 1e-9),
-                     **{k: float(np.mean(v[m])) for k, v in sorted(metrics.items())}} for m in range(members)]
-            evaluated = evaluator is not None and (step % eval_every == 0 or step == steps)
-            if evaluated:
-                for row, ev in zip(rows, summarise_evaluation(evaluator(agents))):
-                    row.update(ev)
-            for c, log in enumerate(logs):
-                log.add(rows[c * seeds:(c + 1) * seeds])
-            if step % eval_every == 0 or step == steps:
-                _save_all(folders, agents, data_keys, step, seeds)
-            if evaluated and on_evaluation is not None:
-                on_evaluation(step, rows)
-            if progress is not None:
-                progress(n, members, elapsed)
+        agents = offline_loop(Trainer(module, config.batch_size, members), agents, data_keys, data, step=0, end=steps,
+                              steps=steps, eval_every=eval_every, log_every=log_every, seeds=seeds, hooks=hooks)
     finally:
-        for log in logs:
-            log.close()
+        bar.close()
+        for config_log in logs:
+            config_log.close()
         if evaluator is not None:
             evaluator.close()
     runs = []
-    for c, (cfg, folder, log) in enumerate(zip(configs, folders, logs)):
-        run = Run(folder, algo, cfg, settings, info, configuration_slice(agents, c, seeds), log.rows)
+    for c, (cfg, folder, config_log) in enumerate(zip(configs, folders, logs)):
+        run = Run(folder, algo, cfg, settings, info, configuration_slice(agents, c, seeds), config_log.rows)
         if folder is not None and run.evaluations():
             from offrl.plotting import plot_runs
 
@@ -129,22 +120,20 @@ def train_program(module, algo: str, data, info, config, points: list[dict], tra
     return runs
 
 
-def _save_all(folders, agents, data_keys, step: int, seeds: int) -> None:
-    from offrl.checkpoint import save_checkpoint
+def train_configuration(algo: str, dataset: Any, point: Mapping[str, Any], config_overrides: Mapping | None,
+                        folder: Path | None, *, steps: int, seeds: int, seed: int, eval_every: int, eval_episodes: int,
+                        log_every: int, env: str | None = None, on_evaluation=None) -> Run:
+    """One configuration (``config_overrides`` then ``point``) x ``seeds`` as one vmapped
+    program into ``folder`` (a Ray trial's body); returns its :class:`offrl.engine.Run`."""
+    from offrl.algos import get_algorithm
 
-    for c, folder in enumerate(folders):
-        if folder is not None:
-            save_checkpoint(folder / "checkpoints",
-                            {"agent": configuration_slice(agents, c, seeds), "data_keys": data_keys[c * seeds:(c + 1) * seeds]},
-                            step)
-
-
-def _check_finite(metrics: dict, step: int, points: list[dict], seeds: int) -> None:
-    bad = first_non_finite(metrics)
-    if bad is None:
-        return
-    name, index, value = bad
-    member, offset = index if len(index) == 2 else (0, index[-1])
-    point = ", ".join(f"{k}={v}" for k, v in points[member // seeds].items())
-    raise DivergenceError(f"sweep diverged: '{name}' became {value} at step {step + offset + 1} in configuration "
-                          f"({point or 'base'}), seed {member % seeds}; narrow the grid or lower the learning rates.")
+    module = get_algorithm(algo)
+    ds = load_dataset(dataset)
+    env_id = env or ds.metadata.get("env_id")
+    config = dataset_config(module, run_config(module, config_overrides, steps, point), ds, env_id)
+    settings = run_settings(ds, dataset, env_id, steps=steps, seeds=seeds, seed=seed, eval_every=eval_every,
+                            eval_episodes=eval_episodes, log_every=log_every)
+    data, info = prepare_data(ds, config, env_id, module)
+    return train_program(module, algo, data, info, config, [dict(point)], (), [folder], settings, steps=int(steps),
+                         seeds=int(seeds), seed=int(seed), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
+                         log_every=int(log_every), env_id=env_id, on_evaluation=on_evaluation)[0]

@@ -118,7 +118,7 @@ def _trial(space_point: dict, *, algo, dataset, base_overrides, settings_kw, out
     from ray import tune
 
     from offrl.sweeps.grid import folder_name
-    from offrl.sweeps.local import train_configuration
+    from offrl.sweeps.program import train_configuration
 
     point = {k: (tuple(v) if isinstance(v, list) else v) for k, v in space_point.items()}
     name = folder_name(point) + ("" if unique_folders is False else f"_{tune.get_context().get_trial_id()}")
@@ -141,6 +141,7 @@ def ray_sweep(algo: str, dataset: Any, items: Sequence[str], *, search: str = "g
     import time
 
     from offrl.algos import get_algorithm
+    from offrl.engine.training import describe_dataset
     from offrl.sweeps.grid import parse_grid
     from offrl.sweeps.report import ConfigurationResult, SweepResult
 
@@ -197,7 +198,7 @@ def ray_sweep(algo: str, dataset: Any, items: Sequence[str], *, search: str = "g
         rows.append(ConfigurationResult(point, list(res.metrics.get("scores", [])), folder / name if folder and name else None))
     fields = list(grid) + [k for k in ranges if k not in grid]
     shown = {k: grid.get(k, ["range"]) for k in fields}
-    result = SweepResult(algo, str(dataset if not hasattr(dataset, "observations") else getattr(dataset, "source", "<arrays>")),
+    result = SweepResult(algo, describe_dataset(dataset, dataset),
                          shown, (), len(rows), rows, time.perf_counter() - t0, folder)
     if folder is not None:
         result.write(folder)

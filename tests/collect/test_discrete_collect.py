@@ -4,7 +4,8 @@ the doctor's action histogram."""
 import numpy as np
 import pytest
 
-from offrl.collect.discrete import DQNBehaviorConfig, epsilon_greedy_log_probs, train_dqn_behavior
+from offrl.collect.discrete import DQNBehaviorConfig, train_dqn_behavior
+from offrl.collect.zoo import epsilon_greedy_log_probs
 
 EPS = 0.2
 

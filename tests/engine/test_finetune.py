@@ -99,3 +99,22 @@ def test_each_remedy_runs_and_logs_across_the_boundary(offline_runs, tmp_path, a
         assert 0.0 <= last["calql_bound_rate"] <= 1.0
     # the source run is a complete run folder the engine can still load
     assert engine.load_run(offline_runs[algo]).step == 40
+
+
+def test_finetuning_an_iql_run_keeps_its_actor_moments(offline_runs, tmp_path):
+    """Issue 21 defect 2: the online phase drops IQL's decayed cosine schedule but not the actor's
+    Adam moments; with no update yet (start_steps beyond the run) they equal the offline checkpoint's."""
+    import optax
+
+    def adam(state):
+        is_adam = lambda x: isinstance(x, optax.ScaleByAdamState)  # noqa: E731
+        return [x for x in jax.tree_util.tree_leaves(state, is_leaf=is_adam) if is_adam(x)][0]
+
+    offline = engine.load_run(offline_runs["iql"])
+    result = finetune(offline_runs["iql"], out=tmp_path / "ft", steps=40, update_every=20, start_steps=1000,
+                      eval_every=40, eval_episodes=0, checkpoint_every=40, log_every=40, progress=False)
+    assert result.config.cosine_actor_lr is False and offline.config.cosine_actor_lr is True
+    before, after = adam(offline.agent.actor.opt_state), adam(result.agent.actor.opt_state)
+    assert int(np.asarray(after.count)[0]) == offline.step == 40
+    assert all(np.array_equal(a, b) for a, b in zip(_leaves(before.mu), _leaves(after.mu)))
+    assert all(np.array_equal(a, b) for a, b in zip(_leaves(before.nu), _leaves(after.nu)))

@@ -1,0 +1,282 @@
+"""The one online learner: environment steps -> device replay -> scanned updates, for every member at once.
+
+Offline -> online fine-tuning (:mod:`offrl.finetuning`) and both behaviour learners of
+``offrl collect`` (SAC, DQN: :mod:`offrl.collect.train`, :mod:`offrl.collect.discrete`) run it.
+Per :meth:`OnlineLearner.chunk`::
+
+    for t in range(update_every):                    # Python: one jitted action call per env step
+        agent_a, env_a, logged = choose(agents, obs, env_step + t)   # the caller's action rule
+        transition = rollout.step(env_a)              # offrl.rollout: one env per member
+    buffer = add_rows(buffer, the chunk's rows)       # jitted, on the device (offrl.replay)
+    agents = scan(update_every * updates_per_step updates on sample_mixed(offline, buffer, key, B, mix_ratio))
+
+Members (the seeds) each have their own env and replay buffer; the offline data, when a batch
+mixes it in, is shared. Minibatch keys are ``fold_in(data_key, agent.step)``, as offline, so a run
+resumed from its agents, data keys and buffers draws the minibatches the uninterrupted run drew.
+No update runs before ``start_steps`` env steps; rows are still stored.
+
+Per-episode arrays: an algorithm whose spec declares ``online_extras(rewards, terminal, config)``
+gets, when an episode ends (or is cut by :meth:`restart`), that function's per-row values written
+over the episode's rows; until then every key of ``online_extras_fill`` holds its fill value.
+
+:func:`carry_over` moves an offline agent's parameters and optimiser state into the online
+agent's structure (the learning-rate rule of the online phase; see its docstring).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+TRANSITION_ROW = ("observations", "actions", "rewards", "next_observations", "masks")
+
+
+def transition_row(obs_dim: int, action_shape: tuple = (), action_dtype=np.float32, **extras) -> dict:
+    """One example row of the replay buffer: the five transition fields (+ ``extras``: name -> example value)."""
+    return {"observations": np.zeros(obs_dim, np.float32), "actions": np.zeros(action_shape, action_dtype),
+            "rewards": np.zeros((), np.float32), "next_observations": np.zeros(obs_dim, np.float32),
+            "masks": np.zeros((), np.float32), **{k: np.asarray(v) for k, v in extras.items()}}
+
+
+def spec_explore(module, keys, to_agent_obs: Callable, to_env_action: Callable) -> Callable:
+    """The action rule of fine-tuning: the spec's ``explore(agent, obs, key)`` for every member, keyed
+    ``fold_in(keys[member], env_step)``; returns ``(agent-space actions, env actions, {})``."""
+    import jax
+
+    from offrl.algos import algorithm_spec
+
+    explore = algorithm_spec(module).explore
+    explore_all = jax.jit(jax.vmap(lambda agent, obs, key, t: explore(agent, obs[None], jax.random.fold_in(key, t))[0],
+                                   in_axes=(0, 0, 0, None)))
+
+    def choose(agents, obs, env_step):
+        actions = np.asarray(explore_all(agents, to_agent_obs(obs), keys, env_step))
+        return actions, to_env_action(actions), {}
+
+    return choose
+
+
+def _learn_fns(module, batch_size: int, num_updates: int, mix_ratio: float):
+    """Jitted ``learn`` (add the rows, then ``num_updates`` scanned updates) and ``store`` (add only),
+    both ``(agents, buffers, data_keys, rows, offline) -> (agents, buffers, metrics)`` over members."""
+    import jax
+    import jax.numpy as jnp
+
+    from offrl.algos.common import Batch
+    from offrl.engine.chunks import vmap_over_seeds
+    from offrl.replay import add_rows, sample_mixed
+
+    def learn(agent, data_key, buffer, rows, offline):
+        buffer = add_rows(buffer, rows)
+
+        def body(agent, _):
+            batch = sample_mixed(offline, buffer, jax.random.fold_in(data_key, agent.step), batch_size, mix_ratio)
+            return module.update(agent, Batch.from_rows(batch))
+
+        agent, metrics = jax.lax.scan(body, agent, None, length=num_updates)
+        return agent, (buffer, jax.tree_util.tree_map(jnp.mean, metrics))
+
+    def store(agent, data_key, buffer, rows, offline):
+        return agent, (add_rows(buffer, rows), {})
+
+    def compiled(fn):
+        members = vmap_over_seeds(fn)
+
+        def call(agents, buffers, data_keys, rows, offline):
+            agents, (buffers, metrics) = members(agents, (data_keys, buffers, rows), (offline,))
+            return agents, buffers, metrics
+
+        return jax.jit(call, donate_argnums=(1,))  # the buffers are rewritten in place
+
+    return compiled(learn), compiled(store)
+
+
+class OnlineLearner:
+    """``members`` agents (seed-stacked) learning online in ``env`` (one env per member).
+
+    choose(agents, obs, env_step) -> (agent-space actions, env actions, logged): the action rule.
+    observe(transition, agent_actions, logged, env_step): optional, sees every env step (a behaviour
+        learner keeps the full history for its replay file there).
+    example_row: one buffer row (:func:`transition_row`, or a row of the offline data); every key beyond
+        the five transition fields must have a fill value in the spec's ``online_extras_fill``.
+    offline / mix_ratio: the shared offline arrays and their exact share of every minibatch.
+    to_agent_obs / scale_rewards: env units -> the agent's (observation normalisation, reward scaling).
+    step_offset / folder: name steps and the last good checkpoint in a divergence message.
+    """
+
+    def __init__(self, module, agents, data_keys, env, *, choose: Callable, example_row: Mapping[str, Any],
+                 capacity: int, batch_size: int, update_every: int, updates_per_step: int = 1, start_steps: int = 0,
+                 mix_ratio: float = 0.0, offline=None, config=None, seed: int = 0, observe: Callable | None = None,
+                 to_agent_obs: Callable = lambda o: o, scale_rewards: Callable = lambda r: r, step_offset: int = 0,
+                 folder=None):
+        import jax
+        import jax.numpy as jnp
+
+        from offrl.algos import algorithm_spec
+        from offrl.replay import init_buffer
+        from offrl.rollout import OnlineRollout
+
+        spec = algorithm_spec(module)
+        self.fill = dict(spec.online_extras_fill)
+        missing = sorted(k for k in example_row if k not in TRANSITION_ROW and k not in self.fill)
+        if missing:
+            raise ValueError(f"{spec.name}: the replay rows hold {missing}, which online_extras_fill gives no value while an episode is open")
+        self.online_extras = spec.online_extras
+        self.members = int(np.asarray(agents.step).shape[0])
+        if env.num_envs != self.members:
+            raise ValueError(f"the online learner needs one env per member: {env.num_envs} envs for {self.members} members")
+        self.agents, self.data_keys, self.env = agents, data_keys, env
+        self.buffers = jax.vmap(lambda _: init_buffer(example_row, capacity))(jnp.arange(self.members))
+        self.capacity, self.update_every, self.start_steps = int(capacity), int(update_every), int(start_steps)
+        self.offline, self.config, self.choose, self.observe = offline, config, choose, observe
+        self.to_agent_obs, self.scale_rewards, self.step_offset, self.folder = to_agent_obs, scale_rewards, step_offset, folder
+        self.keys = tuple(example_row)
+        self.dtypes = {k: np.asarray(v).dtype for k, v in example_row.items()}
+        self._learn, self._store = _learn_fns(module, batch_size, update_every * updates_per_step, mix_ratio)
+        self.rollout = OnlineRollout(env, seed=seed)
+        self.env_step = 0
+        self.episode_returns: list[list[float]] = [[] for _ in range(self.members)]
+        self._open: list[list[tuple[int, float]]] = [[] for _ in range(self.members)]  # (buffer row, scaled reward)
+        self._closed: list[tuple[int, list, bool]] = []
+
+    def chunk(self, env_steps: int | None = None) -> dict[str, np.ndarray]:
+        """``update_every`` env steps, then one jitted call; returns the chunk's mean metrics per member
+        (``{name: (members,)}``, empty while no update ran). A shorter chunk (``env_steps <
+        update_every``, the end of a run) stores its rows without updating."""
+        import jax
+        import jax.numpy as jnp
+
+        from offrl.engine.training import check_finite
+
+        rows = {k: [] for k in self.keys}
+        first_row = int(np.asarray(self.buffers.ptr).reshape(-1)[0])
+        count = self.update_every if env_steps is None else int(env_steps)
+        for t in range(count):
+            step = self.env_step + t
+            agent_actions, env_actions, logged = self.choose(self.agents, self.rollout.obs, step)
+            transition = self.rollout.step(env_actions)
+            if self.observe is not None:
+                self.observe(transition, agent_actions, logged, step)
+            rewards = self.scale_rewards(transition["rewards"])
+            rows["observations"].append(self.to_agent_obs(transition["observations"]))
+            rows["actions"].append(np.asarray(agent_actions).reshape(self.members, *self.buffers.data["actions"].shape[2:]))
+            rows["rewards"].append(rewards)
+            rows["next_observations"].append(self.to_agent_obs(transition["next_observations"]))
+            rows["masks"].append(1.0 - np.asarray(transition["terminals"], np.float32))
+            for key, value in self.fill.items():
+                rows[key].append(np.full(self.members, value, np.float32))
+            for i, ret, _ in self.rollout.finished:
+                self.episode_returns[i].append(ret)
+            self.rollout.finished.clear()
+            if self.online_extras is not None:
+                done = np.asarray(transition["terminals"]) | np.asarray(transition["timeouts"])
+                for i in range(self.members):
+                    self._open[i].append(((first_row + t) % self.capacity, float(rewards[i])))
+                    if done[i]:
+                        self._closed.append((i, self._open[i], bool(transition["terminals"][i])))
+                        self._open[i] = []
+        new_rows = {k: jnp.asarray(np.stack(v, axis=1), self.dtypes[k]) for k, v in rows.items()}
+        self.env_step += count
+        fn = self._learn if self.env_step >= self.start_steps and count == self.update_every else self._store
+        self.agents, self.buffers, metrics = fn(self.agents, self.buffers, self.data_keys, new_rows, self.offline)
+        self._write_extras()
+        if not metrics:
+            return {}
+        metrics = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
+        check_finite({k: v[:, None] for k, v in metrics.items()}, self.step_offset + self.env_step - 1, folder=self.folder)
+        return metrics
+
+    def restart(self, seeds) -> None:
+        """Start new episodes in every env (reset with ``seeds``); the open ones end as cut (a timeout)."""
+        self._closed.extend((i, self._open[i], False) for i in range(self.members) if self._open[i])
+        self._open = [[] for _ in range(self.members)]
+        self._write_extras()
+        self.rollout.reset_all(list(seeds))
+
+    def take_episode_returns(self) -> list[list[float]]:
+        """The returns of the episodes finished since the last call, per member."""
+        out, self.episode_returns = self.episode_returns, [[] for _ in range(self.members)]
+        return out
+
+    def _write_extras(self) -> None:
+        """Write each finished episode's ``online_extras`` (e.g. its Monte-Carlo returns) over its rows."""
+        if not self._closed:
+            return
+        data = dict(self.buffers.data)
+        for i, rows_rewards, terminal in self._closed:
+            idx = np.array([p[0] for p in rows_rewards])
+            for key, values in self.online_extras(np.array([p[1] for p in rows_rewards]), terminal, self.config).items():
+                data[key] = data[key].at[i, idx].set(values)
+        self.buffers = self.buffers.replace(data=data)
+        self._closed.clear()
+
+
+# ---------------------------------------------------------------------- offline -> online optimiser state
+def carry_over(fresh, trained, warmup_updates: int):
+    """``fresh``'s structure (the online config's agents) with ``trained``'s parameters and optimiser state.
+
+    Every ``TrainState`` keeps the trained parameters, step and optimiser state. Where the online
+    config changes an optimiser's structure (it drops a learning-rate schedule, e.g. IQL's cosine
+    decay of the actor's rate), the Adam moments (``mu``, ``nu`` and their count) still carry over,
+    and the step size of online update ``k = 0, 1, ...`` is
+
+        eta_k = eta_off + (eta - eta_off) * min(1, k / warmup_updates)
+
+    where ``eta_off`` is the rate the offline schedule would apply at its next step (0 for a cosine
+    decayed to its end) and ``eta`` the online config's constant rate: a linear warm-up from where
+    the offline schedule stopped (``warmup_updates = 0``: ``eta`` at once). ``eta_off / eta`` is read
+    off the two optimisers by applying both to the same gradient from the same moments (Adam's
+    step is linear in its rate). ``trained`` may be a restored pytree of arrays (seed-stacked).
+    """
+    from flax.training.train_state import TrainState
+
+    changes = {}
+    for name in fresh.__dataclass_fields__:
+        if name == "config":
+            continue
+        new, old = getattr(fresh, name), getattr(trained, name)
+        changes[name] = _carry_state(new, old, warmup_updates) if isinstance(new, TrainState) else old
+    return fresh.replace(**changes)
+
+
+def _is_adam(x) -> bool:
+    import optax
+
+    return isinstance(x, optax.ScaleByAdamState)
+
+
+def _carry_state(new, old, warmup_updates: int):
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    if jax.tree_util.tree_structure(new.opt_state) == jax.tree_util.tree_structure(old.opt_state):
+        return new.replace(params=old.params, step=old.step, opt_state=old.opt_state)
+    moments = [x for x in jax.tree_util.tree_leaves(old.opt_state, is_leaf=_is_adam) if _is_adam(x)]
+    slots = [x for x in jax.tree_util.tree_leaves(new.opt_state, is_leaf=_is_adam) if _is_adam(x)]
+    if len(moments) != len(slots):
+        raise ValueError(f"cannot carry the optimiser state over: {len(moments)} Adam states offline, {len(slots)} online")
+    source = iter(moments)
+    opt_state = jax.tree_util.tree_map(lambda x: next(source) if _is_adam(x) else x, new.opt_state, is_leaf=_is_adam)
+    ratio = _rate_ratio(old.tx, old.opt_state, new.tx, opt_state, old.params)
+    tx, count = new.tx, jnp.zeros(np.asarray(old.step).shape, jnp.int32)
+    if warmup_updates > 0:
+        width = float(warmup_updates)
+        warmup = optax.scale_by_schedule(lambda k: ratio + (1.0 - ratio) * jnp.minimum(1.0, k / width))
+        tx, opt_state = optax.chain(new.tx, warmup), (opt_state, optax.ScaleByScheduleState(count=count))
+    return new.replace(params=old.params, step=old.step, tx=tx, opt_state=opt_state)
+
+
+def _rate_ratio(old_tx, old_state, new_tx, new_state, params) -> float:
+    """``eta_off / eta``: the offline optimiser's next step over the online one's, for one gradient."""
+    import jax
+    import jax.numpy as jnp
+
+    first = lambda tree: jax.tree_util.tree_map(lambda x: jnp.asarray(x)[0], tree)  # noqa: E731  (seed 0)
+    params = first(params)
+    grads = jax.tree_util.tree_map(jnp.ones_like, params)
+    old_update, _ = old_tx.update(grads, first(old_state), params)
+    new_update, _ = new_tx.update(grads, first(new_state), params)
+    dot = lambda a, b: sum(jnp.vdot(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))  # noqa: E731
+    return float(dot(old_update, new_update) / dot(new_update, new_update))
