@@ -161,7 +161,7 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
     import jax
     import jax.numpy as jnp
 
-    from offrl.algos import get_algorithm
+    from offrl.algos import algorithm_spec, get_algorithm
     from offrl.algos.common import Batch, config_from_dict, config_to_dict
     from offrl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from offrl.engine.chunks import create_agents, vmap_over_seeds
@@ -264,7 +264,7 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
     store_all = jax.jit(vmap_over_seeds(lambda a, k, b, r, off: store(a, k, b, r, off, 0)))
     explore_all = jax.jit(jax.vmap(lambda agent, obs, key, t: module.explore(agent, obs[None], jax.random.fold_in(key, t))[0],
                                    in_axes=(0, 0, 0, None)))
-    episode_extras = getattr(module, "episode_extras", None)
+    episode_extras = algorithm_spec(module).online_extras
 
     rollout = OnlineRollout(vec, seed=seed * 7919 + 17)
     evaluator = Evaluator(module, agents, info, env_id, ft.eval_episodes, seeds, getattr(online_config, "discount", 0.99),
