@@ -19,7 +19,7 @@ from offrl.checkpoint import export_numpy_policy
 from offrl.policy import load_numpy_policy
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "adding-an-algorithm.md"
-DATASET = "pendulum-medium-replay-v0"
+DATASET = "pendulum-medium-expert-v0"  # bundled; a linear policy explains 40% of its action variance
 
 
 def doc_module_source() -> str:
@@ -63,10 +63,9 @@ def test_trains_resumes_and_exports(linear_bc, tmp_path):
     full = engine.train("linear_bc", DATASET, out=tmp_path / "full", **kwargs)
     assert full.step == 400
 
-    # it learns: the minibatch loss falls, and the final policy's MSE on the whole dataset is
-    # well below that of always acting 0 (computed here in NumPy, independently of the module)
-    losses = [r["actor_loss"] for r in full.metrics]
-    assert losses[-1] < 0.7 * losses[0]
+    # it learns: the final policy's MSE on the whole dataset (computed here in NumPy, independently
+    # of the module) is well below that of always acting 0 (the initial policy, nearly), and the
+    # logged minibatch loss agrees with it
     data = load(DATASET)
     agent = jax.tree_util.tree_map(lambda x: np.asarray(x[0]), full.agent)
     obs = full.info.normalize(data.observations)
@@ -74,6 +73,7 @@ def test_trains_resumes_and_exports(linear_bc, tmp_path):
     prediction = np.tanh(obs @ agent.params["kernel"] + agent.params["bias"])
     mse = np.mean(np.sum((prediction - target) ** 2, axis=-1))
     assert mse < 0.8 * np.mean(np.sum(target**2, axis=-1))
+    assert abs(full.metrics[-1]["actor_loss"] - mse) < 0.05
 
     # an interrupted run resumed from its checkpoint ends bit-identical to the uninterrupted one
     engine.train("linear_bc", DATASET, out=tmp_path / "killed", stop_at=200, **kwargs)
