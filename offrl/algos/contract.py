@@ -24,8 +24,9 @@ Required (``Algorithm``)
             ``reward_bias`` (added after scaling), ``discount`` (discounted evaluation returns),
             ``schedule_steps`` (``None`` -> the run's number of steps, for learning-rate schedules).
 ``Agent``   a ``flax.struct.PyTreeNode`` holding the whole learner state (params, optimiser states,
-            ``rng``, ``step``), the config as a static field; with ``hparams: dict`` when the spec
-            declares ``traced_fields``.
+            an ``rng`` when ``update`` draws noise) with a scalar ``step`` (the engine folds it into
+            each minibatch's key, so a resumed run draws the same batches) and the config as a
+            static field; with ``hparams: dict`` when the spec declares ``traced_fields``.
 ``create(config, obs_dim, action_dim, key) -> Agent``
 ``update(agent, batch) -> (agent, metrics)``  pure and jittable; metrics are scalars.
 ``act(agent, observations) -> actions``       deterministic; continuous actions in ``[-1, 1]``,
