@@ -125,31 +125,41 @@ def _to_numpy(tree):
 
 def export_numpy_policy(run, folder: str | Path, seed: int = 0) -> Path:
     """Write seed ``seed``'s deterministic policy of ``run`` (an :class:`offrl.engine.Run`) as
-    plain arrays (:mod:`offrl.policy`). Uses ``module.export_arrays(agent)`` when the algorithm
-    defines it (a network other than an MLP, e.g. DT's transformer: :mod:`offrl.policy_dt`),
-    else ``module.policy_layers(agent)``, else the ``MLP_0`` + ``Dense_0`` path of
-    ``agent.actor.params``."""
+    plain arrays (:mod:`offrl.policy`), through the algorithm's spec
+    (:mod:`offrl.algos.contract`): its ``export_arrays(agent)`` hook when it has one (a network
+    other than an MLP, e.g. DT's transformer: :mod:`offrl.policy_dt`), else its
+    ``policy_layers(agent)``, else the ``MLP_0`` + ``Dense_0`` path of ``agent.actor.params``.
+    A spec with ``exportable=False`` is refused in one line, before anything is written."""
     import jax
 
+    from offrl.algos import algorithm_names, algorithm_spec
     from offrl.algos.common import mlp_policy_layers
+    from offrl.errors import ConfigError
     from offrl.policy import save_numpy_policy, save_policy_arrays
 
+    spec = algorithm_spec(run.module)
+    if not spec.exportable:
+        raise ConfigError(f"offrl export does not support {run.algo}: its policy is not a network that NumPy arrays can "
+                          f"hold (exportable: {', '.join(algorithm_names(exportable=True))}); evaluate it with `offrl evaluate`.")
     seeds = int(np.asarray(run.agent.step).shape[0])
     if not 0 <= seed < seeds:
         raise OffrlError(f"--seed {seed} is out of range; this run trained seeds 0..{seeds - 1}.")
     agent = jax.tree_util.tree_map(lambda x: np.asarray(x[seed]), run.agent)
-    module = run.module
     info = run.info
     meta = {"algo": run.algo, "env_id": info.env_id, "obs_dim": info.obs_dim, "action_dim": info.action_dim,
             "seed": seed, "step": int(np.asarray(agent.step)), "run": str(run.path) if run.path else None}
-    if hasattr(module, "export_arrays"):
-        arrays, extra = module.export_arrays(agent)
+    if spec.export_arrays is not None:
+        arrays, extra = spec.export_arrays(agent)
         return save_policy_arrays(folder, arrays, info.obs_mean, info.obs_std, info.action_low, info.action_high,
                                   {**meta, **extra})
-    try:
-        layers = module.policy_layers(agent) if hasattr(module, "policy_layers") else mlp_policy_layers(agent.actor.params)
-    except (AttributeError, KeyError, TypeError):
-        raise OffrlError(f"algorithm '{run.algo}' has no plain MLP actor to export as NumPy arrays; it needs a policy_layers(agent) function.") from None
-    if getattr(info, "discrete", False):
+    if spec.policy_layers is not None:
+        layers = spec.policy_layers(agent)
+    else:
+        try:
+            layers = mlp_policy_layers(agent.actor.params)
+        except (AttributeError, KeyError, TypeError):
+            raise OffrlError(f"algorithm '{run.algo}' has no plain MLP actor at agent.actor to export; give its SPEC a "
+                             "policy_layers hook or declare exportable=False (offrl/algos/contract.py).") from None
+    if info.discrete:
         meta.update(output_activation="argmax", num_actions=info.num_actions)
     return save_numpy_policy(folder, layers, info.obs_mean, info.obs_std, info.action_low, info.action_high, meta)

@@ -1,6 +1,8 @@
 """Return-conditioned evaluation: does the achieved return follow the target?
 
 :func:`parse_target_returns` reads ``--target-return`` / ``--target-returns`` values,
+:func:`check_return_conditioned` refuses a run whose algorithm's spec is not
+``return_conditioned`` (:mod:`offrl.algos.contract`) in one line,
 :func:`target_return_sweep` evaluates a return-conditioned run (e.g. DT) once per target, and
 :func:`plot_target_returns` draws achieved vs target return with the ``y = x`` line (Chen et
 al. 2021, Figure 4).
@@ -30,15 +32,25 @@ def parse_target_returns(text: str, flag: str = "--target-returns") -> list[floa
     return values
 
 
+def check_return_conditioned(algo: str, flag: str = "--target-return") -> None:
+    """Refuse ``flag`` for a run of ``algo`` unless its spec is ``return_conditioned``."""
+    from offrl.algos import algorithm_names, algorithm_spec
+
+    if not algorithm_spec(algo).return_conditioned:
+        raise ConfigError(f"{flag} applies to return-conditioned algorithms ({', '.join(algorithm_names(return_conditioned=True))}); "
+                          f"this run was trained with --algo {algo}, drop {flag}.")
+
+
 def target_return_sweep(run, targets: list[float], episodes: int = 10, env: str | None = None,
                         eval_seed: int = 20_000) -> list[dict]:
-    """One row per target: ``target``, ``return`` (mean, std over seeds) and ``normalized_score``."""
-    from offrl.engine.run import evaluate, load_run
+    """One row per target: ``target``, ``return`` (mean, std over seeds) and ``normalized_score``.
+    ``run`` is a :class:`offrl.engine.Run` or its folder."""
+    from offrl.engine.run import Run, evaluate, load_run
 
-    if not hasattr(run, "module"):
+    if not isinstance(run, Run):
+        check_return_conditioned(load_run(run, with_agent=False).algo, "--target-returns")
         run = load_run(run)
-    if not hasattr(run.module, "rollout_policy"):
-        raise ConfigError(f"--target-return applies to return-conditioned algorithms (dt); this run was trained with --algo {run.algo}.")
+    check_return_conditioned(run.algo, "--target-returns")
     rows = []
     for target in targets:
         result = evaluate(run, episodes=episodes, env=env, eval_seed=eval_seed, policy_options={"target_return": target})

@@ -1,7 +1,17 @@
-"""Offline RL algorithms, one file each (see :mod:`offrl.algos.common` for the interface).
+"""Offline RL algorithms, one file each; the registry of their names.
 
-``ALGORITHMS`` maps a name (``offrl train --algo NAME``) to its module, imported lazily on
-first access (``offrl --help`` lists the names without importing JAX).
+The contract a module meets (required names, its declared ``SPEC``, every optional hook and
+capability) is written once in :mod:`offrl.algos.contract`. The registry maps a name
+(``offrl train --algo NAME``) to the module's import path and a one-line summary, and imports a
+module only when it is asked for, so ``import offrl.algos`` (and ``offrl --help``) does not
+import JAX::
+
+    get_algorithm("iql")             # the module offrl.algos.iql (imported now)
+    algorithm_spec("iql").finetunable
+    algorithm_names(finetunable=True)
+    register("linear_bc", "my_package.linear_bc", "behaviour cloning with a linear policy")
+
+``ALGORITHMS`` is a read-only mapping name -> module that imports on lookup.
 """
 
 from __future__ import annotations
@@ -9,74 +19,134 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from types import ModuleType
+from typing import Iterator
 
 from offrl.errors import ConfigError
 
-#: names in the order of ``offrl train --help``.
-ALGORITHM_NAMES = ("bc", "td3", "td3_bc", "iql", "cql", "cal_ql", "awac", "bcq", "dt", "tt", "diffuser",
-                   "discrete_bc", "dqn", "double_dqn", "discrete_cql", "discrete_bcq", "discrete_iql")
+#: name -> (module path, one-line summary), in the order of ``offrl train --help``.
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "bc": ("offrl.algos.bc", "behaviour cloning (MSE or Gaussian likelihood)"),
+    "td3": ("offrl.algos.td3", "TD3, the off-policy baseline without a behaviour constraint"),
+    "td3_bc": ("offrl.algos.td3_bc", "TD3+BC: TD3 with a behaviour-cloning term (Fujimoto & Gu 2021)"),
+    "iql": ("offrl.algos.iql", "Implicit Q-Learning: expectile value, advantage-weighted actor (Kostrikov et al. 2021)"),
+    "cql": ("offrl.algos.cql", "Conservative Q-Learning (Kumar et al. 2020)"),
+    "cal_ql": ("offrl.algos.cal_ql", "Cal-QL: CQL bounded below by the data's Monte-Carlo return (Nakamoto et al. 2023)"),
+    "awac": ("offrl.algos.awac", "Advantage-Weighted Actor-Critic (Nair et al. 2020)"),
+    "bcq": ("offrl.algos.bcq", "Batch-Constrained Q-learning with a VAE (Fujimoto et al. 2019)"),
+    "dt": ("offrl.algos.dt", "Decision Transformer: return-conditioned sequence model (Chen et al. 2021)"),
+    "tt": ("offrl.algos.tt", "Trajectory Transformer: GPT over tokenised trajectories, beam search (Janner et al. 2021)"),
+    "diffuser": ("offrl.algos.diffuser", "Diffuser: planning by guided trajectory denoising (Janner et al. 2022)"),
+    "discrete_bc": ("offrl.algos.discrete_bc", "behaviour cloning for discrete actions (cross-entropy)"),
+    "dqn": ("offrl.algos.dqn", "DQN on a fixed dataset (Mnih et al. 2015)"),
+    "double_dqn": ("offrl.algos.double_dqn", "double DQN on a fixed dataset (van Hasselt et al. 2016)"),
+    "discrete_cql": ("offrl.algos.discrete_cql", "CQL's log-sum-exp penalty on a DQN (Kumar et al. 2020)"),
+    "discrete_bcq": ("offrl.algos.discrete_bcq", "discrete BCQ: greedy over actions the behaviour model allows"),
+    "discrete_iql": ("offrl.algos.discrete_iql", "IQL for discrete actions"),
+}
+_MODULES: dict[str, ModuleType] = {}
+
+#: the built-in names in the order of ``offrl train --help`` (:func:`algorithm_names` also lists registered ones).
+ALGORITHM_NAMES = tuple(_REGISTRY)
 
 
-class _Registry(Mapping):
-    """Name -> module, imported on first access, so listing the names imports no algorithm (nor JAX)."""
-
-    def __getitem__(self, name: str) -> ModuleType:
-        if name not in ALGORITHM_NAMES:
-            raise KeyError(name)
-        return importlib.import_module(f"offrl.algos.{name}")
-
-    def __contains__(self, name) -> bool:
-        return name in ALGORITHM_NAMES
-
-    def __iter__(self):
-        return iter(ALGORITHM_NAMES)
-
-    def __len__(self) -> int:
-        return len(ALGORITHM_NAMES)
+def _key(name: str) -> str:
+    return name.lower().replace("+", "_").replace("-", "_")
 
 
-ALGORITHMS: Mapping[str, ModuleType] = _Registry()
+def register(name: str, module: str | ModuleType, summary: str = "") -> None:
+    """Add a user algorithm under ``name`` (``offrl train --algo NAME``, :func:`offrl.train`).
+
+    ``module`` is an import path (imported when first asked for) or an imported module; either
+    way it must meet :mod:`offrl.algos.contract` (checked by :func:`offrl.algos.contract.check_spec`
+    when it is loaded). Registration lasts for the process: register again before
+    :func:`offrl.engine.load_run` in a new one. A built-in name cannot be replaced.
+    """
+    key = _key(name)
+    if key in _REGISTRY and _REGISTRY[key][0].startswith("offrl.algos."):
+        raise ConfigError(f"'{name}' is a built-in algorithm; register yours under another name.")
+    if isinstance(module, ModuleType):
+        from offrl.algos.contract import check_spec
+
+        check_spec(module)
+        _REGISTRY[key] = (module.__name__, summary)
+        _MODULES[key] = module
+    else:
+        _REGISTRY[key] = (str(module), summary)
+        _MODULES.pop(key, None)
+
+
+def unregister(name: str) -> None:
+    """Remove a user algorithm added with :func:`register` (built-ins stay)."""
+    key = _key(name)
+    if key in _REGISTRY and not _REGISTRY[key][0].startswith("offrl.algos."):
+        del _REGISTRY[key]
+        _MODULES.pop(key, None)
 
 
 def get_algorithm(name: str) -> ModuleType:
-    """The module for ``name`` (``td3+bc`` and ``td3-bc`` also mean ``td3_bc``)."""
-    key = name.lower().replace("+", "_").replace("-", "_")
-    if key not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm '{name}'; choose one of: {', '.join(ALGORITHMS)}.")
-    return ALGORITHMS[key]
+    """The module for ``name``, imported now (``td3+bc`` and ``td3-bc`` also mean ``td3_bc``)."""
+    key = _key(name)
+    if key not in _REGISTRY:
+        raise ConfigError(f"unknown algorithm '{name}'; choose one of: {', '.join(_REGISTRY)}.")
+    if key not in _MODULES:
+        from offrl.algos.contract import check_spec
+
+        path = _REGISTRY[key][0]
+        try:
+            module = importlib.import_module(path)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not path.startswith(exc.name):
+                raise
+            raise ConfigError(f"algorithm '{name}' is registered as module '{path}', which cannot be imported "
+                              f"({exc.name} not found); fix the path given to offrl.algos.register.") from None
+        check_spec(module)
+        _MODULES[key] = module
+    return _MODULES[key]
 
 
 def algorithm_spec(algorithm):
-    """The declared :class:`offrl.algos.contract.AlgorithmSpec` of ``algorithm`` (a name or module).
+    """The declared :class:`offrl.algos.contract.AlgorithmSpec` of ``algorithm`` (a name or module)."""
+    from offrl.algos.contract import algorithm_spec as declared
 
-    TRANSITIONAL (house issue): modules that do not declare ``SPEC`` yet get one built from their
-    old optional attributes; this shim goes once every module declares its spec.
-    """
-    from offrl.algos.contract import AlgorithmSpec, algorithm_spec as declared
-
-    module = get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
-    if hasattr(module, "SPEC"):
-        return declared(module)
-    name = module.__name__.split(".")[-1]
-    hooks = {h: getattr(module, h, None) for h in ("extra_arrays", "sample", "config_for_dataset", "rollout_policy",
-                                                   "explore", "export_arrays", "policy_layers")}
-    return AlgorithmSpec(name=name, action_space=getattr(module, "ACTION_SPACE", "continuous"),
-                         finetunable=name in ("cql", "cal_ql", "iql", "awac", "td3_bc", "td3"),
-                         return_conditioned=name == "dt",
-                         traced_fields=tuple(getattr(module.Config, "TRACEABLE", ())),
-                         online_extras=getattr(module, "episode_extras", None),
-                         online_extras_fill={"mc_returns": float("-inf")} if hasattr(module, "episode_extras") else {},
-                         **hooks)
+    return declared(get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm)
 
 
-def algorithm_names(*, finetunable: bool | None = None, action_space: str | None = None) -> tuple[str, ...]:
-    """Registered names, optionally only those whose spec is (not) ``finetunable`` or has ``action_space``."""
-    names = ALGORITHM_NAMES
-    if finetunable is not None:
-        names = tuple(n for n in names if algorithm_spec(n).finetunable == finetunable)
-    if action_space is not None:
-        names = tuple(n for n in names if algorithm_spec(n).action_space == action_space)
-    return names
+def algorithm_names(*, finetunable: bool | None = None, action_space: str | None = None,
+                    return_conditioned: bool | None = None, exportable: bool | None = None) -> tuple[str, ...]:
+    """Registered names (built-ins first), optionally only those whose spec has the given
+    ``finetunable``, ``action_space``, ``return_conditioned`` or ``exportable``; filtering
+    imports the modules."""
+    wanted = {k: v for k, v in (("finetunable", finetunable), ("action_space", action_space),
+                                ("return_conditioned", return_conditioned), ("exportable", exportable)) if v is not None}
+    if not wanted:
+        return tuple(_REGISTRY)
+    return tuple(n for n in _REGISTRY if all(getattr(algorithm_spec(n), k) == v for k, v in wanted.items()))
 
 
-__all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "algorithm_names", "algorithm_spec", "get_algorithm"]
+def algorithm_summaries() -> dict[str, str]:
+    """``{name: one-line summary}`` of every registered algorithm, without importing any (help text)."""
+    return {name: summary for name, (_, summary) in _REGISTRY.items()}
+
+
+class _Algorithms(Mapping):
+    """name -> module, importing a module when it is looked up."""
+
+    def __getitem__(self, name: str) -> ModuleType:
+        if _key(name) not in _REGISTRY:
+            raise KeyError(name)
+        return get_algorithm(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(_REGISTRY))
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+    def __repr__(self) -> str:
+        return f"ALGORITHMS({', '.join(_REGISTRY)})"
+
+
+ALGORITHMS: Mapping[str, ModuleType] = _Algorithms()
+
+__all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "algorithm_names", "algorithm_spec", "algorithm_summaries", "get_algorithm",
+           "register", "unregister"]

@@ -34,6 +34,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, gaussian_log_prob
 
@@ -151,3 +152,6 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
         step=jnp.zeros((), jnp.int32),
         config=config,
     )
+
+
+SPEC = AlgorithmSpec(name="awac", finetunable=True, explore=explore)

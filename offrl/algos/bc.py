@@ -36,6 +36,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, OneOf, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import DeterministicActor, GaussianActor, gaussian_log_prob
 
@@ -100,3 +101,6 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
 
 def q_value(agent: Agent, observations: jax.Array, actions: jax.Array):
     return None
+
+
+SPEC = AlgorithmSpec(name="bc")

@@ -36,6 +36,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, OrNone, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import MLP, VAE, EnsembleCritic
 
@@ -189,3 +190,7 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
         step=jnp.zeros((), jnp.int32),
         config=config,
     )
+
+
+#: not exportable: the policy decodes candidate actions with the VAE and perturbs them, not one MLP
+SPEC = AlgorithmSpec(name="bcq", exportable=False)

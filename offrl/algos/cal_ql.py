@@ -11,7 +11,8 @@ data from the same state::
 so the learned Q is conservative yet never below the data's own return: it is *calibrated*,
 which removes the "unlearning dip" when fine-tuning starts (Figure 1 of the paper).
 
-The Monte-Carlo returns come from :func:`extra_arrays` (the engine's extra-array seam), computed
+The Monte-Carlo returns come from :func:`extra_arrays` (offline) and :func:`online_extras` (each
+finished online episode when fine-tuning), the spec's hooks, computed
 with the config's ``discount`` on the engine's *scaled* rewards. An episode cut by a timeout ends
 the sum at the cut: the behaviour policy's true return would go on, so ``V_mu`` there is short
 by the missing tail (an underestimate for positive rewards, a loose bound; an overestimate for
@@ -28,16 +29,16 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
 from offrl.algos import cql
-from offrl.algos.ranges import BOOL, param
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.cql import Agent, act, actor_loss, calibrate, create, critic_loss, explore, q_value, update
+from offrl.algos.ranges import BOOL, param
 
 __all__ = ["Config", "Agent", "create", "update", "act", "explore", "q_value", "actor_loss", "critic_loss", "calibrate",
-           "extra_arrays", "episode_extras"]
+           "extra_arrays", "online_extras", "SPEC"]
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,6 @@ class Config(cql.Config):
 
     calibrated: bool = param(True, BOOL)  #: lower-bound the policy-action Q-values by the data's MC return
 
-    #: CQL's traced fields but ``discount``: the MC returns are computed with it when the data is prepared
-    TRACEABLE: ClassVar[tuple[str, ...]] = tuple(f for f in cql.Config.TRACEABLE if f != "discount")
-
 
 def extra_arrays(dataset, info, config) -> dict[str, np.ndarray]:
     """``mc_returns``: discounted returns-to-go of the scaled rewards with ``config.discount``."""
@@ -56,14 +54,22 @@ def extra_arrays(dataset, info, config) -> dict[str, np.ndarray]:
     return {"mc_returns": scaled.returns_to_go(config.discount).astype(np.float32)}
 
 
-def episode_extras(rewards: np.ndarray, terminal: bool, config) -> dict[str, np.ndarray]:
-    """``mc_returns`` of one finished online episode (scaled rewards), for fine-tuning's buffer."""
-    dones = np.zeros(len(rewards), bool)
-    dones[-1] = True
+def online_extras(rewards: np.ndarray, terminal: bool, config) -> dict[str, np.ndarray]:
+    """``mc_returns`` of one finished online episode (scaled rewards), for fine-tuning's buffer;
+    ``terminal=False`` (a timeout, or a run cut at a restart) ends the sum at the cut, as offline."""
     from offrl.data import Dataset
 
     n = len(rewards)
+    dones = np.zeros(n, bool)
+    dones[-1] = True
     obs = np.zeros((n, 1), np.float32)
     episode = Dataset.from_arrays(obs, np.zeros((n, 1), np.float32), np.asarray(rewards, np.float32), dones & terminal,
                                   dones & (not terminal), next_observations=obs)
     return {"mc_returns": episode.returns_to_go(config.discount).astype(np.float32)}
+
+
+#: CQL's traced fields but ``discount``: the MC returns are computed with it when the data is prepared.
+#: While an online episode is open its rows hold ``mc_returns = -inf``: ``max(Q, -inf) = Q``, no bound.
+SPEC = AlgorithmSpec(name="cal_ql", finetunable=True, explore=explore, extra_arrays=extra_arrays,
+                     online_extras=online_extras, online_extras_fill={"mc_returns": float("-inf")},
+                     traced_fields=tuple(f for f in cql.SPEC.traced_fields if f != "discount"))

@@ -1,20 +1,8 @@
 """What every algorithm file shares: the ``Batch`` type, train states, config overrides.
 
-An algorithm module ``offrl/algos/<name>.py`` defines
-
-``Config``   frozen dataclass, every field documented, paper defaults cited;
-``Agent``    a ``flax.struct.PyTreeNode`` holding the whole learner state (params, optimiser
-             states, ``rng``, ``step``) with the config as a static field;
-``create(config, obs_dim, action_dim, key) -> Agent``;
-``update(agent, batch) -> (agent, metrics)``  pure and jittable; metrics are scalars;
-``act(agent, observations) -> actions``       deterministic, in ``[-1, 1]``;
-``q_value(agent, observations, actions)``      the critic's estimate (``None`` without a critic).
-
-Data options read by the engine (fields on any ``Config``; absent means off):
-``normalize_observations`` (bool), ``reward_scaling`` (``"none"``, ``"returns"`` =
-``1000 / (max episode return - min episode return)`` as IQL does for locomotion, or a number
-as a string), ``reward_bias`` (float added after scaling), ``schedule_steps`` (``None`` ->
-the run's number of steps, for learning-rate schedules).
+The contract an algorithm module meets (``Config``, ``Agent``, ``create``, ``update``, ``act``,
+``q_value``, its declared ``SPEC`` and the config fields the engine reads) is written once in
+:mod:`offrl.algos.contract`.
 """
 
 from __future__ import annotations
@@ -108,8 +96,9 @@ def hyperparameter(agent, name: str):
     ``agent.hparams`` when a sweep trains several configurations as one vmapped program
     (:mod:`offrl.sweeps`), otherwise the static ``agent.config`` value.
 
-    An algorithm lists the fields its ``update`` reads through this helper in
-    ``Config.TRACEABLE``; only those may differ between the members of one compiled program.
+    An algorithm lists the fields its ``update`` reads through this helper in its spec's
+    ``traced_fields`` (:mod:`offrl.algos.contract`); only those may differ between the members
+    of one compiled program.
     """
     traced = getattr(agent, "hparams", None)
     if traced and name in traced:
@@ -126,15 +115,25 @@ def learning_rate_scale(agent, name: str):
     return None
 
 
-def traceable_fields(config_cls) -> tuple[str, ...]:
-    """Config fields an algorithm reads through :func:`hyperparameter` (``Config.TRACEABLE``)."""
-    return tuple(getattr(config_cls, "TRACEABLE", ()))
+def traceable_fields(algorithm) -> tuple[str, ...]:
+    """Config fields an algorithm reads through :func:`hyperparameter`: its spec's
+    ``traced_fields``. ``algorithm`` is a name, a module, or a ``Config`` class (read from the
+    spec of the module that defines it; ``()`` when that module declares none)."""
+    import sys
+    from types import ModuleType
+
+    from offrl.algos import algorithm_spec
+
+    if isinstance(algorithm, (str, ModuleType)):
+        return algorithm_spec(algorithm).traced_fields
+    module = sys.modules.get(algorithm.__module__)
+    try:
+        return algorithm_spec(module).traced_fields if module is not None else ()
+    except ConfigError:  # a Config defined outside an algorithm module
+        return ()
 
 
 # ---------------------------------------------------------------------- configs
-def config_fields(config_cls) -> list[str]:
-    return [f.name for f in dataclasses.fields(config_cls)]
-
 
 def _convert(value: Any, annotation: Any, name: str):
     if not isinstance(value, str):

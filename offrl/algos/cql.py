@@ -53,6 +53,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, scalar_train_state
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_log_prob, tanh_gaussian_sample
 
@@ -89,7 +90,6 @@ class Config:
 
     RENAMED: ClassVar[dict[str, str]] = {"temperature_lr": "entropy_alpha_lr", "cql_temperature": "logsumexp_temperature",
                                          "initial_temperature": "initial_entropy_alpha"}
-    TRACEABLE: ClassVar[tuple[str, ...]] = ("discount", "tau", "cql_alpha", "logsumexp_temperature", "target_action_gap")
 
 
 class Agent(flax.struct.PyTreeNode):
@@ -101,7 +101,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
-    hparams: dict = flax.struct.field(default_factory=dict)  #: traced Config.TRACEABLE values of a sweep (else empty)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
 def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
@@ -248,3 +248,7 @@ def explore(agent: Agent, observations: jax.Array, key: jax.Array) -> jax.Array:
     """A sample of the tanh-Gaussian policy (exploration when fine-tuning online)."""
     mean, log_std = agent.actor.apply_fn(agent.actor.params, observations)
     return tanh_gaussian_sample(key, mean, log_std)[0]
+
+
+SPEC = AlgorithmSpec(name="cql", finetunable=True, explore=explore,
+                     traced_fields=("discount", "tau", "cql_alpha", "logsumexp_temperature", "target_action_gap"))

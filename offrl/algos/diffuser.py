@@ -37,9 +37,10 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, POSITIVE, POSITIVE_INT, REWARD_SCALING,
                                 WIDTHS, Interval, param)
-from offrl.algos.planning import PlanningPolicy, act_by_planning, refuse_policy_layers
+from offrl.algos.planning import PlanningPolicy, act_by_planning
 from offrl.errors import ConfigError
 
 
@@ -296,11 +297,11 @@ def q_value(agent: Agent, observations: jax.Array, actions: jax.Array):
     return None
 
 
-def policy_layers(agent: Agent):
-    """Not supported: ``offrl export`` writes MLP policies only."""
-    refuse_policy_layers("diffuser", "iterative denoising with a U-Net")
-
-
 def rollout_policy(agents, info, seeds: int, envs_per_seed: int):
     """``(policy, None)``: a fresh guided plan from every env's current state (receding horizon)."""
     return PlanningPolicy(plan, info, seeds), None
+
+
+#: not exportable: every action is an iterative guided denoising with the U-Net, not one MLP pass
+SPEC = AlgorithmSpec(name="diffuser", exportable=False, extra_arrays=extra_arrays, sample=sample,
+                     rollout_policy=rollout_policy)

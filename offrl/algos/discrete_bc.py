@@ -15,7 +15,8 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
-from offrl.algos.discrete_common import ACTION_SPACE, DiscreteHead, categorical_cross_entropy, head_layers  # noqa: F401
+from offrl.algos.contract import AlgorithmSpec
+from offrl.algos.discrete_common import DiscreteHead, categorical_cross_entropy, head_layers
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 
 
@@ -60,14 +61,12 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
     return agent.actor.apply_fn(agent.actor.params, observations).argmax(-1).astype(jnp.int32)
 
 
-def action_probs(agent: Agent, observations: jax.Array) -> jax.Array:
-    """``pi(. | s)``, ``(B, num_actions)``."""
-    return jax.nn.softmax(agent.actor.apply_fn(agent.actor.params, observations), axis=-1)
-
-
 def q_value(agent: Agent, observations: jax.Array, actions: jax.Array):
     return None
 
 
 def policy_layers(agent: Agent):
     return head_layers(agent.actor.params)
+
+
+SPEC = AlgorithmSpec(name="discrete_bc", action_space="discrete", policy_layers=policy_layers)

@@ -21,7 +21,8 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
-from offrl.algos.discrete_common import (ACTION_SPACE, DiscreteCritic, DiscreteHead, bcq_allowed,  # noqa: F401
+from offrl.algos.contract import AlgorithmSpec
+from offrl.algos.discrete_common import (DiscreteCritic, DiscreteHead, bcq_allowed,
                                          categorical_cross_entropy, masked_argmax, q_td_loss, take)
 from offrl.algos.ranges import BOOL, DISCOUNT, Interval, LEARNING_RATE, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 
@@ -94,3 +95,7 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
 
 def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Array:
     return take(agent.critic.apply_fn(agent.critic.params, observations)[0], actions)
+
+
+#: not exportable: the greedy action is masked by the behaviour model, which the MLP export does not hold
+SPEC = AlgorithmSpec(name="discrete_bcq", action_space="discrete", exportable=False)

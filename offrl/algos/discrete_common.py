@@ -1,6 +1,7 @@
 """What the discrete-action algorithms share: Q and logit networks, losses on arrays, export.
 
-A discrete algorithm module sets ``ACTION_SPACE = "discrete"``; the engine then hands it
+A discrete algorithm module declares ``SPEC = AlgorithmSpec(..., action_space="discrete")``
+(:mod:`offrl.algos.contract`); the engine then hands it
 ``action_dim = num_actions`` (the width of its heads) and integer actions ``(B,)`` int32 in
 ``0 .. num_actions - 1``. ``act(agent, obs) -> (B,) int32`` and
 ``q_value(agent, obs, actions) -> (B,)`` follow the continuous family's interface otherwise.
@@ -25,9 +26,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from offrl.nets import MLP
-
-ACTION_SPACE = "discrete"
-
 
 # ---------------------------------------------------------------------- networks
 class DiscreteHead(nn.Module):

@@ -16,8 +16,9 @@ import jax
 
 from offrl.algos import dqn
 from offrl.algos.common import Batch, apply_gradients_with_loss
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.discrete_common import discrete_cql_penalty, q_td_loss, take
-from offrl.algos.dqn import ACTION_SPACE, Agent, act, create, policy_layers, q_value  # noqa: F401
+from offrl.algos.dqn import Agent, act, create, policy_layers, q_value  # noqa: F401
 from offrl.algos.ranges import NON_NEGATIVE, param
 
 
@@ -40,3 +41,6 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     target = dqn.bootstrap_target(agent, batch)
     critic, loss, aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     return dqn.soft_update_target(agent, critic), {"critic_loss": loss, **aux, "target": target.mean()}
+
+
+SPEC = AlgorithmSpec(name="discrete_cql", action_space="discrete", policy_layers=policy_layers)

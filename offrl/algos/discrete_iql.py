@@ -20,7 +20,8 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
-from offrl.algos.discrete_common import ACTION_SPACE, DiscreteCritic, DiscreteHead, head_layers, take  # noqa: F401
+from offrl.algos.contract import AlgorithmSpec
+from offrl.algos.discrete_common import DiscreteCritic, DiscreteHead, head_layers, take
 from offrl.algos.ranges import BOOL, DISCOUNT, Interval, LEARNING_RATE, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import ValueNet
 
@@ -109,3 +110,6 @@ def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Ar
 
 def policy_layers(agent: Agent):
     return head_layers(agent.actor.params)
+
+
+SPEC = AlgorithmSpec(name="discrete_iql", action_space="discrete", policy_layers=policy_layers)

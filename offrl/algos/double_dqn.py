@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from offrl.algos import dqn
-from offrl.algos.dqn import ACTION_SPACE, Agent, act, create, critic_loss, policy_layers, q_value, update  # noqa: F401
+from offrl.algos.contract import AlgorithmSpec
+from offrl.algos.dqn import Agent, act, create, critic_loss, policy_layers, q_value, update  # noqa: F401
 from offrl.algos.ranges import BOOL, param
 
 
@@ -18,3 +19,6 @@ class Config(dqn.Config):
     """DQN's hyperparameters with ``double_q=True``."""
 
     double_q: bool = param(True, BOOL)  #: double DQN: the online network picks the next action
+
+
+SPEC = AlgorithmSpec(name="double_dqn", action_space="discrete", policy_layers=policy_layers)

@@ -26,7 +26,8 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state
-from offrl.algos.discrete_common import ACTION_SPACE, DiscreteCritic, dqn_target, head_layers, q_td_loss, take  # noqa: F401
+from offrl.algos.contract import AlgorithmSpec
+from offrl.algos.discrete_common import DiscreteCritic, dqn_target, head_layers, q_td_loss, take
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 
 @dataclass(frozen=True)
@@ -99,3 +100,6 @@ def q_value(agent: Agent, observations: jax.Array, actions: jax.Array) -> jax.Ar
 def policy_layers(agent: Agent):
     """The greedy policy is ``argmax`` over the Q-network's outputs: export its layers."""
     return head_layers(agent.critic.params, 0)
+
+
+SPEC = AlgorithmSpec(name="dqn", action_space="discrete", policy_layers=policy_layers)

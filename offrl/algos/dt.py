@@ -32,6 +32,7 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (ANY_REAL, BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE,
                                 POSITIVE_INT, REWARD_SCALING, Interval, OrNone, param)
 from offrl.nets_seq import GPT
@@ -40,9 +41,14 @@ from offrl.nets_seq import GPT
 @dataclass(frozen=True)
 class Config:
     """DT hyperparameters; defaults are the paper's MuJoCo settings (Chen et al. 2021, Table 8 /
-    the authors' gym code): context K = 20, 3 layers, 1 head, embedding 128, ReLU-free GELU
-    GPT blocks, dropout 0.1, AdamW lr 1e-4 with weight decay 1e-4 and a 10k-step linear
-    warm-up, gradient clipping 0.25, batch 64, return-to-go scale 1000, max episode length 1000."""
+    the authors' gym code): context K = 20, 3 layers, 1 head, embedding 128, dropout 0.1, AdamW
+    lr 1e-4 with weight decay 1e-4 and a 10k-step linear warm-up, gradient clipping 0.25, batch
+    64, return-to-go scale 1000, max episode length 1000.
+
+    One departure: the blocks' MLPs use GELU, where the authors' gym experiment defaults to ReLU
+    (its ``activation_function`` flag). offrl keeps GPT-2's block (:mod:`offrl.nets_seq`) as the
+    one transformer shared with TT and mirrored by the NumPy export (:mod:`offrl.policy_dt`);
+    the activation is therefore not a config field."""
 
     learning_rate: float = param(1e-4, LEARNING_RATE)  #: AdamW learning rate after warm-up
     weight_decay: float = param(1e-4, NON_NEGATIVE)  #: AdamW decoupled weight decay
@@ -317,3 +323,8 @@ def rollout_policy(agents, info, seeds: int, envs_per_seed: int, target_return: 
     carry = Carry(empty_history(n, config.context_length, info.obs_dim, info.action_dim),
                   np.full(n, target / config.return_scale, np.float32), np.zeros(n, np.int32))
     return TargetReturnPolicy(agents, info, seeds, config.return_scale), carry
+
+
+SPEC = AlgorithmSpec(name="dt", return_conditioned=True, extra_arrays=extra_arrays, sample=sample,
+                     config_for_dataset=config_for_dataset, rollout_policy=rollout_policy,
+                     export_arrays=export_arrays)

@@ -25,6 +25,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, learning_rate_scale, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, Interval, LEARNING_RATE, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, ValueNet, gaussian_log_prob
 
@@ -51,8 +52,6 @@ class Config:
     reward_bias: float = param(0.0, ANY_REAL)  #: added to rewards after scaling (AntMaze uses -1)
 
     RENAMED: ClassVar[dict[str, str]] = {"temperature": "awr_inverse_temperature"}
-    TRACEABLE: ClassVar[tuple[str, ...]] = ("discount", "expectile", "awr_inverse_temperature", "max_weight", "tau",
-                                            "actor_lr", "critic_lr", "value_lr")
 
 
 class Agent(flax.struct.PyTreeNode):
@@ -63,7 +62,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
-    hparams: dict = flax.struct.field(default_factory=dict)  #: traced Config.TRACEABLE values of a sweep (else empty)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
 def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
@@ -140,3 +139,8 @@ def explore(agent: Agent, observations: jax.Array, key: jax.Array) -> jax.Array:
     """A sample of the Gaussian policy, clipped to the action box (exploration when fine-tuning online)."""
     mean, log_std = agent.actor.apply_fn(agent.actor.params, observations)
     return jnp.clip(mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape), -1.0, 1.0)
+
+
+SPEC = AlgorithmSpec(name="iql", finetunable=True, explore=explore,
+                     traced_fields=("discount", "expectile", "awr_inverse_temperature", "max_weight", "tau",
+                                    "actor_lr", "critic_lr", "value_lr"))

@@ -1,6 +1,6 @@
 """What the planning algorithms (``tt``, ``diffuser``) share: acting by a fresh plan from each
-state, a rollout-layer policy that plans every env step and times it, and their refusals of the
-MLP-only hooks (``q_value``, ``policy_layers``).
+state and a rollout-layer policy that plans every env step and times it. (Both declare
+``exportable=False`` in their spec: ``offrl export`` refuses them in one line.)
 
 A planner is ``plan(agent, observation, key) -> action`` for one agent-unit observation; the
 policy vmaps it over the envs of a seed and over the seeds, jitted once per planner.
@@ -52,9 +52,3 @@ class PlanningPolicy:
         times = self.planning_seconds[1:] or self.planning_seconds
         return float(np.mean(times)) / max(self.num_envs, 1) if times else float("nan")
 
-
-def refuse_policy_layers(algo: str, why: str):
-    """``offrl export`` writes MLP policies (and DT); a planner says so in one line."""
-    from offrl.errors import OffrlError
-
-    raise OffrlError(f"offrl export does not support {algo} ({why}, not an MLP with policy_layers).")

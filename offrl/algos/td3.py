@@ -19,7 +19,6 @@ it is offrl's cautionary baseline (``--algo td3``); :mod:`offrl.algos.td3_bc` se
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import flax
 import jax
@@ -28,6 +27,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import DeterministicActor, EnsembleCritic
 
@@ -53,8 +53,6 @@ class Config:
     bc_anneal_steps: int = param(0, NON_NEGATIVE_INT)  #: online fine-tuning: the BC term's weight falls linearly to 0 over these steps
     anneal_start_step: int = param(0, NON_NEGATIVE_INT)  #: the step where that anneal starts (fine-tuning: the offline run's last step)
 
-    TRACEABLE: ClassVar[tuple[str, ...]] = ("discount", "tau", "policy_noise", "noise_clip", "alpha")
-
 
 class Agent(flax.struct.PyTreeNode):
     actor: TrainState
@@ -65,7 +63,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
-    hparams: dict = flax.struct.field(default_factory=dict)  #: traced Config.TRACEABLE values of a sweep (else empty)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
 def create(config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
@@ -157,3 +155,7 @@ def explore(agent: Agent, observations: jax.Array, key: jax.Array) -> jax.Array:
     """``clip(pi(s) + N(0, exploration_noise^2), -1, 1)`` (exploration when fine-tuning online)."""
     a = agent.actor.apply_fn(agent.actor.params, observations)
     return jnp.clip(a + agent.config.exploration_noise * jax.random.normal(key, a.shape), -1.0, 1.0)
+
+
+SPEC = AlgorithmSpec(name="td3", finetunable=True, explore=explore,
+                     traced_fields=("discount", "tau", "policy_noise", "noise_clip", "alpha"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from offrl.algos import td3
 from offrl.algos.td3 import Agent, act, actor_loss, bc_weight, create, critic_loss, explore, q_value, update
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import BOOL, NON_NEGATIVE, OrNone, param
 
 __all__ = ["Config", "Agent", "create", "update", "act", "explore", "q_value", "actor_loss", "critic_loss", "bc_weight"]
@@ -25,3 +26,6 @@ class Config(td3.Config):
 
     alpha: float | None = param(2.5, OrNone(NON_NEGATIVE))  #: weight of Q against the BC term (lambda = alpha / mean|Q|)
     normalize_observations: bool = param(True, BOOL)  #: the paper normalises states with dataset mean/std
+
+
+SPEC = AlgorithmSpec(name="td3_bc", finetunable=True, explore=explore, traced_fields=td3.SPEC.traced_fields)

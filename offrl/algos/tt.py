@@ -39,8 +39,9 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, OneOf, POSITIVE_INT, REWARD_SCALING, Interval, param
-from offrl.algos.planning import PlanningPolicy, act_by_planning, refuse_policy_layers
+from offrl.algos.planning import PlanningPolicy, act_by_planning
 from offrl.errors import ConfigError
 from offrl.nets_seq import GPT
 
@@ -303,11 +304,11 @@ def q_value(agent: Agent, observations: jax.Array, actions: jax.Array):
     return None
 
 
-def policy_layers(agent: Agent):
-    """Not supported: ``offrl export`` writes MLP policies only."""
-    refuse_policy_layers("tt", "beam-search planning with a GPT")
-
-
 def rollout_policy(agents, info, seeds: int, envs_per_seed: int):
     """``(policy, None)``: beam-search planning from each env's current state."""
     return PlanningPolicy(plan, info, seeds), None
+
+
+#: not exportable: every action is a beam search with the GPT, not one forward pass of an MLP
+SPEC = AlgorithmSpec(name="tt", exportable=False, extra_arrays=extra_arrays, sample=sample,
+                     config_for_dataset=config_for_dataset, rollout_policy=rollout_policy)

@@ -13,9 +13,9 @@ def register(subparsers) -> None:
     p.add_argument("--step", type=int, default=None, help="evaluate this kept checkpoint step (default: the latest)")
     p.add_argument("--selected", action="store_true", help="evaluate the checkpoint chosen by `offrl train --select-by` (RUN/selected.json)")
     p.add_argument("--target-return", default=None,
-                   help="return-conditioned runs (dt): the target return in env units (default: the run's config)")
+                   help="return-conditioned runs (e.g. dt): the target return in env units (default: the run's config)")
     p.add_argument("--target-returns", default=None,
-                   help="return-conditioned runs (dt): comma-separated targets, e.g. --target-returns=-900,-300 (use = when the first is negative); plots achieved vs target into RUN/plots/")
+                   help="return-conditioned runs (e.g. dt): comma-separated targets, e.g. --target-returns=-900,-300 (use = when the first is negative); plots achieved vs target into RUN/plots/")
     p.set_defaults(func=run)
 
 
@@ -34,13 +34,10 @@ def run(args) -> int:
         return _sweep(args)
     options = None
     if getattr(args, "target_return", None) is not None:
-        from offrl.target_returns import parse_target_returns
+        from offrl.target_returns import check_return_conditioned, parse_target_returns
 
         options = {"target_return": parse_target_returns(args.target_return, "--target-return")[0]}
-        if not hasattr(load_run(args.run, with_agent=False).module, "rollout_policy"):
-            from offrl.errors import ConfigError
-
-            raise ConfigError("--target-return applies to return-conditioned algorithms (dt); drop it for this run.")
+        check_return_conditioned(load_run(args.run, with_agent=False).algo)
     step = chosen_step(args)
     run_ = load_run(args.run, step=step) if step is not None else args.run
     result = evaluate(run_, episodes=args.episodes, env=args.env, eval_seed=args.eval_seed, policy_options=options)

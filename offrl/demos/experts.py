@@ -56,11 +56,11 @@ def export_expert(zoo_dir, out, step: int | None = None) -> Path:
     meta = {"algo": index.get("algorithm", "SAC"), "env_id": index["env_id"], "obs_dim": obs_dim,
             "source": f"zoo snapshot step {facts['step']} (`offrl collect train-behavior`, zoo command: {index.get('command')})",
             "return_mean": float(facts["deterministic_return_mean"]), "returns": facts["deterministic_returns"]}
-    if index.get("algorithm") == "DQN":
+    n = int(index.get("num_actions", 0))
+    if n:  # a discrete zoo: the greedy argmax of its Q-network
         from offrl.algos.discrete_common import head_layers
 
         layers = head_layers(policy.params, 0)
-        n = int(index["num_actions"])
         meta.update(output_activation="argmax", num_actions=n, action_dim=n)
         low = high = np.zeros(1, np.float32)
     else:

@@ -2,11 +2,12 @@
 
 The engine puts ``observations, actions, rewards, next_observations, masks`` on the device
 (actions rescaled into ``[-1, 1]`` by the dataset's action box, optional observation and reward
-scaling), plus whatever the algorithm asks for through its module's optional hook::
+scaling), plus whatever the algorithm asks for through its spec's optional hook
+(:mod:`offrl.algos.contract`)::
 
     extra_arrays(dataset, info, config) -> dict[str, np.ndarray]    # one row per transition
 
-(e.g. Cal-QL's ``mc_returns``). Minibatches are drawn on the device by the module's optional
+(e.g. Cal-QL's ``mc_returns``). Minibatches are drawn on the device by the spec's optional
 ``sample(data, key, batch_size)``, by default :func:`sample_transitions`: i.i.d. rows,
 ``tree_map(lambda x: x[idx], data)``, returned as a :class:`offrl.algos.common.Batch` whose
 ``extras`` carry the algorithm's own arrays.
@@ -108,29 +109,28 @@ def data_info(dataset, config, env_id: str | None = None) -> DataInfo:
 
 
 def check_action_family(module, info: DataInfo, source: str = "the dataset") -> None:
-    """Refuse a continuous algorithm on discrete actions and the reverse, naming the family that fits.
-
-    An algorithm module marks itself discrete with ``ACTION_SPACE = "discrete"``.
-    """
+    """Refuse a continuous algorithm on discrete actions and the reverse, naming the family that
+    fits (the spec's ``action_space``)."""
     if module is None:
         return
-    from offrl.algos import ALGORITHMS
+    from offrl.algos import algorithm_names, algorithm_spec
 
-    name = module.__name__.split(".")[-1]
-    wants_discrete = getattr(module, "ACTION_SPACE", "continuous") == "discrete"
-    if wants_discrete == info.discrete:
+    spec = algorithm_spec(module)
+    wants = spec.action_space
+    have = "discrete" if info.discrete else "continuous"
+    if wants == have:
         return
-    family = "discrete" if info.discrete else "continuous"
-    fits = [n for n, m in ALGORITHMS.items() if (getattr(m, "ACTION_SPACE", "continuous") == "discrete") == info.discrete]
     what = f"{info.num_actions} discrete actions" if info.discrete else f"continuous {info.action_dim}-dimensional actions"
-    raise ConfigError(f"{source} has {what} but --algo {name} is a {'discrete' if wants_discrete else 'continuous'}-action algorithm; "
-                      f"use a {family} one: {', '.join(fits)}.")
+    raise ConfigError(f"{source} has {what} but --algo {spec.name} is a {wants}-action algorithm; "
+                      f"use a {have} one: {', '.join(algorithm_names(action_space=have))}.")
 
 
 def prepare_data(dataset, config, env_id: str | None = None, module=None):
-    """``(device_arrays, DataInfo)``: the transition arrays in agent units, plus ``module``'s
-    ``extra_arrays`` when it defines them."""
+    """``(device_arrays, DataInfo)``: the transition arrays in agent units, plus the arrays of
+    ``module``'s ``extra_arrays`` hook when its spec has one."""
     import jax.numpy as jnp
+
+    from offrl.algos import algorithm_spec
 
     info = data_info(dataset, config, env_id)
     check_action_family(module, info, getattr(dataset, "source", "the dataset"))
@@ -152,14 +152,14 @@ def prepare_data(dataset, config, env_id: str | None = None, module=None):
     }
     data = {k: jnp.asarray(make(), dtype=jnp.int32 if k == "actions" and info.discrete else jnp.float32)
             for k, make in makers.items()}
-    extra = getattr(module, "extra_arrays", None)
+    extra = algorithm_spec(module).extra_arrays if module is not None else None
     if extra is not None:
         for key, value in extra(dataset, info, config).items():
             if key in data:
-                raise ConfigError(f"{module.__name__}.extra_arrays returned '{key}', which the engine already provides.")
+                raise ConfigError(f"{module.__name__}: extra_arrays returned '{key}', which the engine already provides.")
             value = np.asarray(value)
             if value.shape[0] != n:
-                raise ConfigError(f"{module.__name__}.extra_arrays['{key}'] has {value.shape[0]} rows; the dataset has {n}.")
+                raise ConfigError(f"{module.__name__}: extra_arrays['{key}'] has {value.shape[0]} rows; the dataset has {n}.")
             data[key] = jnp.asarray(value)
     return data, info
 
@@ -175,5 +175,7 @@ def sample_transitions(data: dict, key, batch_size: int):
 
 
 def sampler(module):
-    """The module's ``sample(data, key, batch_size)``, or :func:`sample_transitions`."""
-    return getattr(module, "sample", sample_transitions)
+    """The spec's ``sample(data, key, batch_size)`` hook, or :func:`sample_transitions`."""
+    from offrl.algos import algorithm_spec
+
+    return algorithm_spec(module).sample or sample_transitions

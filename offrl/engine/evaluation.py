@@ -17,6 +17,7 @@ from typing import Mapping
 import numpy as np
 
 from offrl.engine.data import DataInfo
+from offrl.errors import ConfigError
 
 _POLICY_FNS: dict[str, tuple] = {}
 
@@ -51,23 +52,30 @@ def deterministic_policy(module, agents, info: DataInfo, seeds: int):
 class Evaluator:
     """Rolls the deterministic policy of every seed for ``episodes`` episodes at once.
 
-    A module with memory (a sequence model) defines
-    ``rollout_policy(agents, info, seeds, episodes, **policy_options) -> (act, initial_carry)``,
-    a rollout-layer policy used instead of :func:`deterministic_policy` (e.g. DT's
-    target-return conditioning, ``policy_options={"target_return": R}``).
+    An algorithm whose spec has a ``rollout_policy`` hook (memory or planning:
+    :mod:`offrl.algos.contract`) acts through
+    ``rollout_policy(agents, info, seeds, envs_per_seed=episodes, **policy_options)`` instead of
+    :func:`deterministic_policy`. ``policy_options`` (``{"target_return": R}``) are refused in
+    one line unless the spec is ``return_conditioned`` (e.g. DT).
     """
 
     def __init__(self, module, agents, info: DataInfo, env_id: str, episodes: int, seeds: int, discount: float,
                  eval_seed: int = 10_000, metadata: Mapping | None = None, policy_options: Mapping | None = None):
+        from offrl.algos import algorithm_names, algorithm_spec
         from offrl.rollout import VectorEnv
 
+        spec = algorithm_spec(module)
+        options = dict(policy_options or {})
+        if options and not spec.return_conditioned:
+            raise ConfigError(f"--{next(iter(options)).replace('_', '-')} applies to return-conditioned algorithms "
+                              f"({', '.join(algorithm_names(return_conditioned=True))}); --algo {spec.name} is not one, drop it.")
         self.module, self.info, self.env_id = module, info, env_id
         self.episodes, self.seeds, self.discount, self.eval_seed = episodes, seeds, discount, eval_seed
         self.metadata = dict(metadata or {})
         self.env = VectorEnv(env_id, seeds * episodes)
         self._carry = None
-        if hasattr(module, "rollout_policy"):
-            self._act, self._carry = module.rollout_policy(agents, info, seeds, episodes, **dict(policy_options or {}))
+        if spec.rollout_policy is not None:
+            self._act, self._carry = spec.rollout_policy(agents, info, seeds, episodes, **options)
         else:
             self._act = deterministic_policy(module, agents, info, seeds)
         self._q = policy_fns(module, agents, info)[1]

@@ -1,6 +1,6 @@
 """Training throughput: updates per second of an algorithm on given arrays, through the same
-data preparation, sampler and compiled chunks as :func:`offrl.engine.train` (no evaluation,
-no logging)."""
+data preparation (the spec's ``config_for_dataset`` and ``extra_arrays`` hooks), sampler and
+compiled chunks as :func:`offrl.engine.train` (no evaluation, no logging)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Mapping
 import numpy as np
 
 from offrl.engine.chunks import Trainer, create_agents
-from offrl.engine.data import prepare_data
+from offrl.engine.data import data_info, prepare_data
 from offrl.engine.training import run_config
 
 
@@ -27,7 +27,7 @@ def measure_throughput(algo: str, observations, actions, rewards, next_observati
     """
     import jax
 
-    from offrl.algos import get_algorithm
+    from offrl.algos import algorithm_spec, get_algorithm
     from offrl.data import Dataset
 
     module = get_algorithm(algo)
@@ -37,6 +37,9 @@ def measure_throughput(algo: str, observations, actions, rewards, next_observati
                                   np.asarray(actions, np.float32).reshape(n, -1), np.asarray(rewards, np.float32).reshape(n),
                                   np.zeros(n, bool) if terminals is None else np.asarray(terminals, bool).reshape(n),
                                   next_observations=np.asarray(next_observations, np.float32).reshape(n, -1))
+    spec = algorithm_spec(module)
+    if spec.config_for_dataset is not None:  # as train does: e.g. TT's fitted bin edges
+        config = spec.config_for_dataset(config, dataset, data_info(dataset, config))
     data, info = prepare_data(dataset, config, None, module)
     agents, data_keys = create_agents(module, config, info.obs_dim, info.action_dim, 0, seeds)
     trainer = Trainer(module, config.batch_size, seeds)

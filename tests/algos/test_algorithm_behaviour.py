@@ -1,9 +1,10 @@
-"""One behaviour test applied to every algorithm in offrl.algos.ALGORITHMS.
+"""One behaviour test applied to every continuous-action algorithm in the registry.
 
 Each algorithm, on a tiny learnable dataset: actions and Q-values have the right shapes and
 range, metrics are finite, the main loss falls, parameters change, save -> load gives the
 same actions, resuming from a checkpoint equals the uninterrupted run bit for bit, and the
-NumPy export (when the actor is a plain MLP) matches the JAX policy.
+NumPy export matches the JAX policy when the spec declares ``exportable`` (and is refused in
+one line when it does not).
 """
 
 import dataclasses
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from offrl import engine
-from offrl.algos import ALGORITHMS
+from offrl.algos import algorithm_names, algorithm_spec, get_algorithm
 from offrl.algos.common import apply_overrides
 from offrl.checkpoint import load_checkpoint, save_checkpoint
 from offrl.data import Dataset
@@ -50,9 +51,9 @@ def _leaves(tree):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
 
 
-@pytest.mark.parametrize("name", sorted(n for n, m in ALGORITHMS.items() if getattr(m, "ACTION_SPACE", "") != "discrete"))
+@pytest.mark.parametrize("name", sorted(algorithm_names(action_space="continuous")))
 def test_algorithm_behaviour(name, tiny_data, tmp_path):
-    module = ALGORITHMS[name]
+    module = get_algorithm(name)
     config = tiny_config(module)
     data, info = engine.prepare_data(tiny_data, config, None, module)
     agents, data_keys = engine.create_agents(module, config, OBS_DIM, ACTION_DIM, seed=0, seeds=1)
@@ -91,16 +92,17 @@ def test_algorithm_behaviour(name, tiny_data, tmp_path):
     resumed, _ = trainer.run(restored_agents, jax.numpy.asarray(restored["data_keys"]), data, CHUNK)
     assert all(np.array_equal(a, b) for a, b in zip(_leaves(resumed), _leaves(second)))
 
-    # NumPy export of the deterministic policy (algorithms with a plain MLP actor)
-    run = engine.Run(None, name, config, {"seeds": 1}, info, second)
-    try:
-        from offrl.checkpoint import export_numpy_policy
+    # NumPy export of the deterministic policy, or a one-line refusal where the spec says so
+    from offrl.checkpoint import export_numpy_policy
+    from offrl.errors import ConfigError
 
-        folder = export_numpy_policy(run, tmp_path / "export")
-    except Exception as exc:  # an actor that is not a plain MLP (e.g. BCQ's VAE + perturbation)
-        assert "policy_layers" in str(exc)
+    run = engine.Run(None, name, config, {"seeds": 1}, info, second)
+    if not algorithm_spec(module).exportable:
+        with pytest.raises(ConfigError, match=f"does not support {name}") as refused:
+            export_numpy_policy(run, tmp_path / "export")
+        assert "\n" not in str(refused.value) and not (tmp_path / "export").exists()
         return
     from offrl.policy import load_numpy_policy
 
-    policy = load_numpy_policy(folder)
+    policy = load_numpy_policy(export_numpy_policy(run, tmp_path / "export"))
     np.testing.assert_allclose(policy(obs), run.act(obs), rtol=1e-4, atol=1e-5)

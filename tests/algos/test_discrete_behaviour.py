@@ -1,4 +1,4 @@
-"""One behaviour test applied to every discrete-action algorithm (``ACTION_SPACE = "discrete"``).
+"""One behaviour test applied to every discrete-action algorithm (spec ``action_space="discrete"``).
 
 On a tiny learnable dataset with 3 actions: integer actions of the right shape and range,
 Q-values of shape (B,), finite metrics, the main loss falls, every network's parameters
@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 from offrl import engine
-from offrl.algos import ALGORITHMS, get_algorithm
+from offrl.algos import algorithm_names, algorithm_spec, get_algorithm
 from offrl.algos.common import apply_overrides
 from offrl.checkpoint import load_checkpoint, save_checkpoint
 from offrl.data import Dataset
 from offrl.errors import ConfigError
 
 OBS_DIM, NUM_ACTIONS, CHUNK = 4, 3, 100
-DISCRETE = sorted(n for n, m in ALGORITHMS.items() if getattr(m, "ACTION_SPACE", "") == "discrete")
+DISCRETE = sorted(algorithm_names(action_space="discrete"))
 
 
 def tiny_config(module):
@@ -53,7 +53,7 @@ def test_the_family_is_registered():
 
 @pytest.mark.parametrize("name", DISCRETE)
 def test_discrete_algorithm_behaviour(name, tiny_data, tmp_path):
-    module = ALGORITHMS[name]
+    module = get_algorithm(name)
     config = tiny_config(module)
     data, info = engine.prepare_data(tiny_data, config, None, module)
     assert info.discrete and info.num_actions == NUM_ACTIONS and info.action_dim == NUM_ACTIONS
@@ -94,10 +94,13 @@ def test_discrete_algorithm_behaviour(name, tiny_data, tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(_leaves(resumed), _leaves(second)))
 
     run = engine.Run(None, name, config, {"seeds": 1}, info, second)
-    if not hasattr(module, "policy_layers"):  # BCQ's policy also needs its behaviour model
-        return
     from offrl.checkpoint import export_numpy_policy
     from offrl.policy import load_numpy_policy
+
+    if not algorithm_spec(module).exportable:  # discrete BCQ's greedy action also needs its behaviour model
+        with pytest.raises(ConfigError, match=f"does not support {name}"):
+            export_numpy_policy(run, tmp_path / "export")
+        return
 
     policy = load_numpy_policy(export_numpy_policy(run, tmp_path / "export"))
     np.testing.assert_array_equal(policy(obs), run.act(obs).reshape(-1))

@@ -1,4 +1,4 @@
-"""Traced hyperparameters: every field in an algorithm's ``Config.TRACEABLE`` given through
+"""Traced hyperparameters: every field in an algorithm's ``SPEC.traced_fields`` given through
 ``agent.hparams`` changes one update exactly as the same value in the static config does
 (the contract :mod:`offrl.sweeps` relies on to train a grid as one vmapped program)."""
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from offrl.algos import ALGORITHMS
+from offrl.algos import ALGORITHMS, algorithm_names
 from offrl.algos.common import Batch, traceable_fields
 
 #: a valid value different from every algorithm's default, per traceable field
@@ -19,7 +19,7 @@ OTHER_VALUE = {"discount": 0.5, "tau": 0.3, "expectile": 0.95, "awr_inverse_temp
 BASE = {"cql": {"lagrange": True}, "cal_ql": {"lagrange": True},  # so target_action_gap is used
         "td3": {"alpha": 2.5}}  # plain TD3 (alpha None) has no BC term to weight
 
-TRACEABLE = sorted((name, field) for name, module in ALGORITHMS.items() for field in traceable_fields(module.Config))
+TRACEABLE = sorted((name, field) for name in algorithm_names() for field in traceable_fields(name))
 
 
 def _batch(obs_dim=3, action_dim=2, n=16):
@@ -54,7 +54,7 @@ FAST = {"iql", "td3_bc", "cql"}  # td3 and cal_ql share these updates; they run 
 def test_all_traced_values_equal_static_values(name):
     """Every traceable field changed at once (fast); the per-field test below is marked slow."""
     module = ALGORITHMS[name]
-    values = {field: OTHER_VALUE[field] for field in traceable_fields(module.Config)}
+    values = {field: OTHER_VALUE[field] for field in traceable_fields(module)}
     static = _after(module, _config(module, name, **values))
     traced = _after(module, _config(module, name), values)
     for a, b in zip(static, traced):

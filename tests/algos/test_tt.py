@@ -47,7 +47,7 @@ def test_gpt_next_token_is_causal():
 def test_short_run_learns_and_plans(tmp_path, capsys):
     """A few hundred updates on pendulum-medium-replay: the next-token loss falls below the
     uniform ``log(num_bins)``; evaluation plans every action and reports the time per action;
-    ``offrl export`` refuses the run in one line (exit 2)."""
+    ``offrl export`` and ``offrl evaluate --target-return`` refuse the run in one line (exit 2)."""
     import offrl
     from offrl import engine
 
@@ -71,3 +71,8 @@ def test_short_run_learns_and_plans(tmp_path, capsys):
     assert main(["export", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not support tt" in err[0] and not (tmp_path / "run" / "export").exists()
+    # TT plans but is not return-conditioned: --target-return is refused in one line (it was a TypeError)
+    for flag in (["--target-return", "300"], ["--target-returns=-300,-150"]):
+        assert main(["evaluate", str(tmp_path / "run"), "--episodes", "1", *flag]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "applies to return-conditioned algorithms (dt)" in err[0] and "--algo tt" in err[0], err

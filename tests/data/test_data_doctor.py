@@ -257,7 +257,7 @@ def test_sparkline():
 
 # ---------------------------------------------------------------------- discrete actions
 def test_discrete_data_gets_only_discrete_recommendations():
-    from offrl.algos import get_algorithm
+    from offrl.algos import algorithm_spec, get_algorithm
     from offrl.data import load
 
     report = inspect_dataset(load("cartpole-medium-expert-v0"))
@@ -265,7 +265,7 @@ def test_discrete_data_gets_only_discrete_recommendations():
     assert report["action_histogram"]["num_actions"] == 2
     for name in [rec["algorithm"], *rec["alternatives"]]:
         assert name.startswith("discrete_"), rec
-        assert get_algorithm(name).ACTION_SPACE == "discrete"
+        assert algorithm_spec(get_algorithm(name)).action_space == "discrete"
     # CartPole's reward is always 1, but episodes that end in a terminal carry the signal: no "use BC" warning
     assert not any("every reward is the same" in w for w in report["warnings"])
 
