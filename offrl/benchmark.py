@@ -99,7 +99,7 @@ def make_spec(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval
               dataset_pattern: str = "{env}-{tier}-v0", overrides: Mapping | None = None,
               peer: str | None = None, peer_python: str | None = None) -> BenchmarkSpec:
     """Check every name and number of a benchmark request; one :class:`ConfigError` per mistake."""
-    from offrl.algos import ALGORITHMS, get_algorithm
+    from offrl.algos import ALGORITHMS, algorithm_spec, get_algorithm
     from offrl.algos.common import apply_overrides
     from offrl.envs import env_family
     from offrl.settings import RunSettings
@@ -119,7 +119,7 @@ def make_spec(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval
             module = get_algorithm(algo)
         except ConfigError:
             raise ConfigError(f"--algos: unknown algorithm '{algo}'; choose from {', '.join(ALGORITHMS)}.") from None
-        names.append(module.__name__.split(".")[-1])
+        names.append(algorithm_spec(module).name)
     steps = int(profile["steps"] if steps is None else steps)
     eval_every = int(profile["eval_every"] if eval_every is None else eval_every)
     eval_episodes = int(profile["eval_episodes"] if eval_episodes is None else eval_episodes)
@@ -136,7 +136,7 @@ def make_spec(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval
         algo, _, name = str(key).partition(".")
         if not name:
             raise ConfigError(f"--set {key}={value}: write ALGO.FIELD=VALUE, e.g. --set iql.expectile=0.8.")
-        algo = get_algorithm(algo).__name__.split(".")[-1]
+        algo = algorithm_spec(algo).name
         if algo not in names:
             raise ConfigError(f"--set {key}: '{algo}' is not in --algos ({', '.join(names)}).")
         per_algo.setdefault(algo, {})[name] = value

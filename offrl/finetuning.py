@@ -107,11 +107,13 @@ def _check_source(folder: Path) -> dict:
 
 
 def _online_config(module, config, offline_step: int, ft: FinetuneConfig):
+    from offrl.algos import algorithm_spec
+
     changes: dict[str, Any] = {}
     fields = {f.name for f in dataclasses.fields(config)}
     if ft.alpha_decay:
         if "cql_alpha_decay" not in fields:
-            raise ConfigError(f"--alpha-decay applies to CQL and Cal-QL runs, not {module.__name__.split('.')[-1]}.")
+            raise ConfigError(f"--alpha-decay applies to CQL and Cal-QL runs, not {algorithm_spec(module).name}.")
         changes.update(cql_alpha_decay=ft.alpha_decay, decay_start_step=offline_step)
     if ft.bc_anneal_steps:
         if "bc_anneal_steps" not in fields or getattr(config, "alpha", None) is None:

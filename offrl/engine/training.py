@@ -236,13 +236,13 @@ def train(
     """
     import jax
 
-    from offrl.algos import get_algorithm
+    from offrl.algos import algorithm_spec, get_algorithm
     from offrl.algos.common import apply_overrides, config_from_dict
     from offrl.envs import check_env_id
 
     check_env_id(env)
     module = get_algorithm(algo)
-    algo = module.__name__.split(".")[-1]
+    algo = algorithm_spec(module).name
     folder = Path(out) if out is not None else None
     check_run_counts(steps=steps, seeds=seeds, eval_every=eval_every, log_every=log_every)
     previous = None

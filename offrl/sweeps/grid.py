@@ -1,7 +1,7 @@
 """Sweep grids: ``--grid FIELD=V1,V2,...`` parsed against an algorithm's Config, split into programs.
 
 A configuration is one point of the Cartesian product of the grid. Fields listed in the
-algorithm's ``Config.TRACEABLE`` (read by ``update`` through
+algorithm's ``SPEC.traced_fields`` (read by ``update`` through
 :func:`offrl.algos.common.hyperparameter`) become traced per-member values, so every
 configuration that differs only in them trains in ONE vmapped, compiled program (a traced
 learning rate scales the optimiser's step: :func:`offrl.algos.common.learning_rate_scale`).

@@ -29,19 +29,19 @@ def sweep(algo: str = "iql", dataset: Any = None, grid: Mapping[str, Sequence] |
     """Train every configuration of ``grid`` with ``seeds`` seeds; write one run folder per
     configuration under ``out`` plus ``sweep.json``/``sweep.csv`` (and ``heatmap.png`` for a
     2-D grid). ``grid`` is ``{field: values}`` or ``["field=v1,v2", ...]``; fields in the
-    algorithm's ``Config.TRACEABLE`` are traced (one program), others split programs
+    algorithm's ``SPEC.traced_fields`` are traced (one program), others split programs
     (``traced`` restricts/validates the traced set). ``backend="ray"`` runs each configuration
     as a Ray Tune trial instead (:mod:`offrl.sweeps.ray_backend`: ``address``, ``search``,
     ``scheduler``, ``num_samples``)."""
     import dataclasses
 
-    from offrl.algos import get_algorithm
+    from offrl.algos import algorithm_spec, get_algorithm
     from offrl.engine.data import prepare_data
     from offrl.engine.training import check_run_counts, dataset_config, load_dataset, run_config, run_settings
     from offrl.sweeps.program import train_program
 
     module = get_algorithm(algo)
-    algo = module.__name__.split(".")[-1]
+    algo = algorithm_spec(module).name
     check_run_counts(steps=steps, seeds=seeds, eval_every=eval_every, log_every=log_every)
     items = list(grid) if not isinstance(grid, Mapping) else [f"{k}={';'.join(_text(v) for v in vs)}" for k, vs in grid.items()]
     if backend == "ray":

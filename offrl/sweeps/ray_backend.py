@@ -140,7 +140,7 @@ def ray_sweep(algo: str, dataset: Any, items: Sequence[str], *, search: str = "g
     """Run the sweep as Ray Tune trials; returns a :class:`offrl.sweeps.report.SweepResult`."""
     import time
 
-    from offrl.algos import get_algorithm
+    from offrl.algos import algorithm_spec, get_algorithm
     from offrl.engine.training import describe_dataset
     from offrl.sweeps.grid import parse_grid
     from offrl.sweeps.report import ConfigurationResult, SweepResult
@@ -150,7 +150,7 @@ def ray_sweep(algo: str, dataset: Any, items: Sequence[str], *, search: str = "g
     if scheduler not in (None, "asha", "fifo"):
         raise ConfigError(f"--scheduler {scheduler!r} is not one of asha, fifo.")
     module = get_algorithm(algo)
-    algo = module.__name__.split(".")[-1]
+    algo = algorithm_spec(module).name
     value_items, ranges = split_ranges(items)
     grid = parse_grid(module.Config, value_items, config_overrides)
     for name, (low, high, _) in ranges.items():  # the field exists and both ends are valid values of it
