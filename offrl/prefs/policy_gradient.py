@@ -235,8 +235,8 @@ def run_policy_gradient(
             elif bar is not None:
                 bar.update(task, completed=done)
             if config.save_every and done % config.save_every == 0 and done < config.steps:
-                path = save_checkpoint(ckpt_dir, policy, tokenizer, optimizer, done, extra={"kl_coef": controller.coef})
-                _save_modules(path, modules)
+                save_checkpoint(ckpt_dir, policy, tokenizer, optimizer, done, extra={"kl_coef": controller.coef},
+                                write_extra=lambda folder: _save_modules(folder, modules))
     finally:
         if bar is not None:
             bar.stop()
@@ -246,8 +246,8 @@ def run_policy_gradient(
     tokenizer.save_pretrained(final)
     _save_modules(out, modules)
     if config.save_every:
-        path = save_checkpoint(ckpt_dir, policy, tokenizer, optimizer, config.steps, extra={"kl_coef": controller.coef})
-        _save_modules(path, modules)
+        save_checkpoint(ckpt_dir, policy, tokenizer, optimizer, config.steps, extra={"kl_coef": controller.coef},
+                        write_extra=lambda folder: _save_modules(folder, modules))
     write_json(os.path.join(out, "kl_controller.json"), {"kl_coef": controller.coef, "target": controller.target})
     return finish_run(out, history, report)
 
