@@ -69,6 +69,15 @@ def storage_error(exc: OSError, where: str | Path, needed: int | None = None) ->
     return None
 
 
+def os_error_sentence(exc: OSError) -> RunFolderError | None:
+    """:func:`storage_error` for an ``OSError`` caught far from its write (the CLI's last
+    resort): the folder named is the one holding ``exc.filename``, when it has one."""
+    if exc.errno not in _DISK_FULL | _NOT_WRITABLE:
+        return None
+    where = Path(os.fsdecode(exc.filename)).parent if exc.filename else Path("the output folder")
+    return storage_error(exc, where)
+
+
 @contextlib.contextmanager
 def disk_errors(where: str | Path, needed: int | None = None) -> Iterator[None]:
     """Turn a full disk or an unwritable folder inside the block into :func:`storage_error`'s sentence."""
