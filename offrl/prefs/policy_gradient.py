@@ -159,10 +159,19 @@ def run_policy_gradient(
     """Run ``config.steps`` iterations; ``update(batch, kl_coef, optimizer_step, step)`` does the
     algorithm's part and calls ``optimizer_step(loss)`` for each gradient step. ``callbacks`` see
     every logged row (the guardrails monitor warns from there)."""
+    from offrl.locking import RunLock
+
+    os.makedirs(out, exist_ok=True)
+    with RunLock(out):
+        return _run_policy_gradient(trainer, config, out, prompts, policy, reference, tokenizer, reward, update,
+                                    modules, group_size, resume, progress, callbacks, report)
+
+
+def _run_policy_gradient(trainer, config, out, prompts, policy, reference, tokenizer, reward, update, modules,
+                         group_size, resume, progress, callbacks, report) -> TrainResult:
     from offrl.prefs.guard import GuardMonitor
 
     modules = modules or {}
-    os.makedirs(out, exist_ok=True)
     callbacks = [GuardMonitor(out, config.kl_budget), *callbacks]
     ckpt_dir = os.path.join(out, "checkpoints")
     torch.manual_seed(config.seed)

@@ -120,6 +120,10 @@ def test_read_only_run_folder_is_one_sentence(tmpfs):
         check_writable(fs / "run")
     with pytest.raises(RunFolderError, match=rf"{fs / 'run' / 'checkpoints'} is read-only"):
         save_checkpoint(fs / "run" / "checkpoints", tiny_state(), 10)
+    from offrl.locking import acquire
+
+    with pytest.raises(RunFolderError, match=rf"^{fs / 'run'} is read-only"):
+        acquire(fs / "run")
 
 
 @pytest.fixture(scope="module")
