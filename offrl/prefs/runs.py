@@ -46,7 +46,9 @@ def prepare_data(data, tokenizer, config: TrainConfig, kind: str | None = None, 
     kw = dict(max_length=config.max_length, max_prompt_length=config.max_prompt_length, bad_rows=config.bad_rows)
     train_tok = tokenize_preferences(train, tokenizer, **kw)
     eval_tok = tokenize_preferences(held_out, tokenizer, **kw) if held_out is not None and len(held_out) else None
-    dropped = sorted(set(train_tok.dropped) | set(eval_tok.dropped if eval_tok else dataset.dropped), key=lambda b: b.row)
+    # rows refused when read (the whole file's, before any split) and when tokenized (each part's)
+    dropped = sorted(set(dataset.dropped) | set(train_tok.dropped) | set(eval_tok.dropped if eval_tok else ()),
+                     key=lambda b: b.row)
     report = {
         "data": dataset.source,
         "kind": dataset.kind,
