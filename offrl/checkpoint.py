@@ -219,9 +219,14 @@ def latest_checkpoint(folder: str | Path) -> dict | None:
 
 
 def latest_intact_checkpoint(folder: str | Path) -> dict | None:
-    """The newest checkpoint in ``folder`` that verifies (see :func:`latest_checkpoint`, which
-    this is; the name says what "last good checkpoint" means in messages)."""
-    return latest_checkpoint(folder)
+    """The newest checkpoint in ``folder`` that verifies, as :func:`latest_checkpoint`, but
+    ``None`` (with a :class:`CheckpointWarning` saying why) instead of an error when none is
+    intact: for messages about "the last good checkpoint" that must not fail themselves."""
+    try:
+        return latest_checkpoint(folder)
+    except CheckpointError as exc:
+        _warn(str(exc))
+        return None
 
 
 def checkpoint_steps(folder: str | Path) -> list[int]:
