@@ -286,6 +286,10 @@ def _run_loop(accelerator, model, tokenizer, lengths, collate, compute, config, 
 
 
 def write_json(path: str, obj: Any) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as fh:
-        json.dump(obj, fh, indent=1, default=str)
+    """Write ``obj`` as JSON through a temporary file and a rename: a full disk leaves the old file."""
+    from offrl.run_folder import atomic_write, disk_errors
+
+    folder = os.path.dirname(os.path.abspath(path))
+    with disk_errors(folder):
+        os.makedirs(folder, exist_ok=True)
+    atomic_write(path, json.dumps(obj, indent=1, default=str))
