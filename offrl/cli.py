@@ -98,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"offrl: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a full disk or a read-only folder met outside offrl's own writers
+        from offrl.run_folder import os_error_sentence
+
+        error = os_error_sentence(exc)
+        if error is None or args.debug:
+            raise
+        print(f"offrl: error: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
         print("offrl: interrupted", file=sys.stderr)
         return 130

@@ -26,3 +26,11 @@ class DivergenceError(OffrlError):
     """Training produced a NaN/inf loss."""
 
     exit_code = 3
+
+
+class CheckpointError(OffrlError):
+    """A checkpoint that is damaged, truncated, or does not match the run (CLI exit code 2)."""
+
+
+class RunFolderError(OffrlError):
+    """A run folder that cannot be written: a full disk, a read-only folder, another writer's lock."""

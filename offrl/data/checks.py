@@ -124,12 +124,34 @@ def replace_atomically(tmp: Path, path: Path) -> None:
         os.replace(tmp, path)
 
 
+def current_umask() -> int:
+    """The process's file-mode creation mask (read without changing it where Linux allows)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def honour_umask(path: Path, directory: bool = False) -> None:
+    """Give ``path`` (made by ``mkstemp``/``mkdtemp``, which create 0600/0700) the mode a plain
+    ``open``/``mkdir`` would: 0666/0777 less the umask, so a teammate can read a shared dataset."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
 @contextmanager
 def atomic_output_file(path: Path):
-    """Yield a temporary path beside ``path``; on success move it into place, always clean up."""
+    """Yield a temporary path beside ``path``; on success move it into place, always clean up.
+    The file gets the mode the umask gives (not ``mkstemp``'s 0600)."""
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    honour_umask(tmp)
     try:
         yield tmp
         replace_atomically(tmp, path)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from offrl.data.checks import (DIGEST_KEY, canonical, check_action_bounds, content_digest,
+from offrl.data.checks import (DIGEST_KEY, canonical, check_action_bounds, content_digest, honour_umask,
                                prepare_output, replace_atomically, require_transitions,
                                verify_digest, warn)
 from offrl.data.dataset import Dataset
@@ -108,6 +108,7 @@ def load_minari(path, check_bounds: bool = True) -> Dataset:
     if not episodes:
         raise DatasetError(f"{source}: the Minari dataset holds no episodes; an offline dataset needs at least one logged step.")
     ds = _assemble(episodes, meta, action_space, source)
+    _warn_missing_metadata(meta, meta_path)
     require_transitions(len(ds), source)
     verify_digest(ds, meta.get(DIGEST_KEY), source)
     if check_bounds:
@@ -146,6 +147,7 @@ def save_minari(ds: Dataset, path, dataset_id: str | None = None, overwrite: boo
 
     obs_space, act_space = _spaces_for(ds)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    honour_umask(tmp, directory=True)  # mkdtemp makes it 0700
     try:
         (tmp / "data").mkdir()
         with h5py.File(tmp / "data" / MAIN_FILE, "w", track_order=True) as f:
@@ -304,6 +306,27 @@ def _flag(arr: np.ndarray, key: str, source: str) -> np.ndarray:
         if len(bad):
             raise DatasetError(f"{source}: key '{key}' must hold only 0/1, but step {bad[0]} holds {arr[bad[0]]!r}.")
     return arr.astype(bool)
+
+
+def _warn_missing_metadata(meta: dict, meta_path: Path) -> None:
+    """One :class:`~offrl.data.checks.DatasetWarning` listing what a foreign ``metadata.json``
+    (e.g. ``{}``) lacks of the env, the spaces and the reference returns."""
+    if isinstance(meta.get("offrl_metadata"), dict):
+        return
+    missing = []
+    spec = meta.get("env_spec")
+    try:
+        has_env = isinstance(spec, str) and bool(json.loads(spec).get("id"))
+    except (ValueError, AttributeError):
+        has_env = False
+    if not has_env:
+        missing.append("the env (env_spec)")
+    missing += [f"the {key}" for key in ("observation_space", "action_space") if not meta.get(key)]
+    if meta.get("ref_min_score") is None or meta.get("ref_max_score") is None:
+        missing.append("the reference returns (ref_min_score, ref_max_score)")
+    if missing:
+        warn(f"{meta_path} has no {', '.join(missing)}: offrl cannot check the data against an env, bound the actions "
+             "by the space or normalise scores; pass --env where a command takes it, or re-create the dataset with minari.")
 
 
 def _metadata_from_minari(meta: dict, action_space: dict | None) -> dict:

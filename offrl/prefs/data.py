@@ -14,9 +14,11 @@ Two forms are accepted for every kind:
 
 Bad rows (a missing field, an empty completion, ``chosen == rejected``, a label that is not a
 boolean, and, once tokenized, a prompt of ``max_prompt_length`` tokens or more) are reported by
-row number and either dropped (``bad_rows="drop"``, counted in ``dataset.dropped``) or refused
+their 1-based line (.jsonl/.json: the line a text editor shows) or row number and either dropped (``bad_rows="drop"``, counted in ``dataset.dropped``) or refused
 (``bad_rows="raise"``: :class:`offrl.errors.DatasetError`). Completions cut at ``max_length``
-are counted in ``TokenizedPreferences.truncated``; nothing is cut silently.
+are counted in ``TokenizedPreferences.truncated``; nothing is cut silently. A file that is not
+rows at all (invalid UTF-8, truncated JSON, a line holding a number or a list) is refused in one
+sentence naming the line.
 
 Example::
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -44,21 +47,24 @@ BAD_ROW_MODES = ("drop", "raise")
 
 @dataclass(frozen=True)
 class BadRow:
-    """One rejected row: its 0-based ``row`` number in the source and the ``reason``."""
+    """One rejected row: its ``row`` number as a person finds it, 1-based (the line a text editor
+    shows for a .jsonl or .json file, ``unit="line"``; the record's position for Parquet, a
+    ``datasets.Dataset`` or a list of dicts, ``unit="row"``) and the ``reason``."""
 
     row: int
     reason: str
+    unit: str = "row"
 
     def __str__(self) -> str:
-        return f"row {self.row}: {self.reason}"
+        return f"{self.unit} {self.row}: {self.reason}"
 
 
 @dataclass(frozen=True)
 class PreferenceDataset:
     """Validated preference rows of one ``kind`` (``paired``, ``unpaired`` or ``completions``).
 
-    ``rows`` are dicts with the kind's fields plus ``row`` (the source row number);
-    ``dropped`` lists the rows removed by validation and why.
+    ``rows`` are dicts with the kind's fields plus ``row`` (the source's 1-based line or row
+    number, see :class:`BadRow`); ``dropped`` lists the rows removed by validation and why.
     """
 
     kind: str
@@ -66,6 +72,7 @@ class PreferenceDataset:
     conversational: bool = False
     source: str = "<rows>"
     dropped: tuple[BadRow, ...] = field(default_factory=tuple)
+    unit: str = "row"
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -89,7 +96,8 @@ class PreferenceDataset:
         held_out = set(prompts[:n_eval])
         train = tuple(r for r in self.rows if _prompt_key(r["prompt"]) not in held_out)
         test = tuple(r for r in self.rows if _prompt_key(r["prompt"]) in held_out)
-        make = lambda rows, tag: PreferenceDataset(self.kind, rows, self.conversational, f"{self.source}[{tag}]")
+        make = lambda rows, tag: PreferenceDataset(self.kind, rows, self.conversational, f"{self.source}[{tag}]",
+                                                   unit=self.unit)
         return make(train, "train"), make(test, "eval")
 
     def to_unpaired(self) -> "PreferenceDataset":
@@ -102,7 +110,7 @@ class PreferenceDataset:
         for r in self.rows:
             rows.append({"prompt": r["prompt"], "completion": r["chosen"], "label": True, "row": r["row"]})
             rows.append({"prompt": r["prompt"], "completion": r["rejected"], "label": False, "row": r["row"]})
-        return PreferenceDataset("unpaired", tuple(rows), self.conversational, self.source, self.dropped)
+        return PreferenceDataset("unpaired", tuple(rows), self.conversational, self.source, self.dropped, self.unit)
 
     def to_completions(self) -> "PreferenceDataset":
         """Demonstrations for SFT: chosen completions of pairs, desirable ones of unpaired rows."""
@@ -112,7 +120,7 @@ class PreferenceDataset:
             rows = [{"prompt": r["prompt"], "completion": r["chosen"], "row": r["row"]} for r in self.rows]
         else:
             rows = [{"prompt": r["prompt"], "completion": r["completion"], "row": r["row"]} for r in self.rows if r["label"]]
-        return PreferenceDataset("completions", tuple(rows), self.conversational, self.source, self.dropped)
+        return PreferenceDataset("completions", tuple(rows), self.conversational, self.source, self.dropped, self.unit)
 
 
 def _prompt_key(prompt: Any) -> str:
@@ -124,36 +132,92 @@ def _prompt_key(prompt: Any) -> str:
 
 def read_rows(source: Any) -> tuple[list[dict], str]:
     """Raw rows from a JSONL/JSON/Parquet path, a Hugging Face ``datasets.Dataset`` or a list of dicts."""
+    rows, name, _, _ = read_numbered_rows(source)
+    return rows, name
+
+
+def _utf8(path: str, raw: bytes, first_line: int = 1) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = first_line + raw.count(b"\n", 0, exc.start)
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise DatasetError(f"{path} line {line} is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {column}); "
+                           "re-save the file as UTF-8.") from None
+
+
+def _kind_of(value: Any) -> str:
+    return {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def _require_objects(rows: list, numbers: list[int], name: str, unit: str) -> None:
+    for row, n in zip(rows, numbers):
+        if not isinstance(row, Mapping):
+            raise DatasetError(f"{name} {unit} {n} is {_kind_of(row)}, not a JSON object with the rows' fields "
+                               "(e.g. {\"prompt\": ..., \"chosen\": ..., \"rejected\": ...}); fix or remove it.")
+
+
+def _json_list_lines(text: str, path: str) -> tuple[list, list[int]]:
+    """The elements of the JSON list in ``text`` and the 1-based line each one starts on."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path} line {exc.lineno} column {exc.colno} is not valid JSON ({exc.msg}); "
+                           "the file may be truncated: fix or re-export it.") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path} must hold a JSON list of row objects.")
+    decoder, ws = json.JSONDecoder(), re.compile(r"[\s,]*")
+    numbers, index = [], ws.match(text, text.index("[") + 1).end()
+    for _ in data:
+        numbers.append(text.count("\n", 0, index) + 1)
+        index = ws.match(text, decoder.raw_decode(text, index)[1]).end()
+    return data, numbers
+
+
+def read_numbered_rows(source: Any) -> tuple[list[dict], str, list[int], str]:
+    """``(rows, name, numbers, unit)``: :func:`read_rows`'s rows with the 1-based number a person
+    uses to find each one (``unit`` "line" for .jsonl/.json files, "row" otherwise). Invalid
+    UTF-8, invalid or truncated JSON and a row that is not an object (a number, a list) are
+    refused in one :class:`~offrl.errors.DatasetError` sentence naming the line."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if not os.path.exists(path):
             raise DatasetError(f"{path} does not exist; pass a .jsonl, .json or .parquet file.")
         if path.endswith(".jsonl"):
-            rows = []
-            with open(path, encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, start=1):
+            rows, numbers = [], []
+            with open(path, "rb") as fh:
+                for lineno, raw in enumerate(fh, start=1):
+                    line = _utf8(path, raw, lineno) if raw.strip() else ""
+                    line = line.lstrip("\ufeff") if lineno == 1 else line  # a byte-order mark
                     if not line.strip():
                         continue
                     try:
                         rows.append(json.loads(line))
                     except json.JSONDecodeError as exc:
                         raise DatasetError(f"{path} line {lineno} is not valid JSON ({exc.msg}); fix or remove that line.") from None
-            return rows, path
+                    numbers.append(lineno)
+            _require_objects(rows, numbers, path, "line")
+            return rows, path, numbers, "line"
         if path.endswith(".json"):
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-            if not isinstance(data, list):
-                raise DatasetError(f"{path} must hold a JSON list of row objects.")
-            return data, path
+            with open(path, "rb") as fh:
+                text = _utf8(path, fh.read()).lstrip("\ufeff")
+            rows, numbers = _json_list_lines(text, path)
+            _require_objects(rows, numbers, path, "line")
+            return rows, path, numbers, "line"
         if path.endswith(".parquet"):
             import pyarrow.parquet as pq
 
-            return pq.read_table(path).to_pylist(), path
+            rows = pq.read_table(path).to_pylist()
+            return rows, path, list(range(1, len(rows) + 1)), "row"
         raise DatasetError(f"{path} has an unknown extension; use .jsonl, .json or .parquet.")
     if hasattr(source, "to_list") and hasattr(source, "column_names"):  # datasets.Dataset
-        return list(source.to_list()), f"<datasets.Dataset {len(source)} rows>"
+        rows = list(source.to_list())
+        return rows, f"<datasets.Dataset {len(source)} rows>", list(range(1, len(rows) + 1)), "row"
     if isinstance(source, Sequence):
-        return [dict(r) for r in source], "<rows>"
+        numbers = list(range(1, len(source) + 1))
+        _require_objects(list(source), numbers, "<rows>", "row")
+        return [dict(r) for r in source], "<rows>", numbers, "row"
     raise DatasetError(f"cannot read preference data from {type(source).__name__}; pass a path, a datasets.Dataset or a list of dicts.")
 
 
@@ -231,7 +295,7 @@ def load_preferences(
         return source
     if bad_rows not in BAD_ROW_MODES:
         raise ConfigError(f"bad_rows={bad_rows!r} is unknown; use one of {BAD_ROW_MODES}.")
-    rows, name = read_rows(source)
+    rows, name, numbers, unit = read_numbered_rows(source)
     if not rows:
         raise DatasetError(f"{name} holds no rows.")
     kind = kind or detect_kind(rows, name)
@@ -240,12 +304,12 @@ def load_preferences(
     first_prompt = next((r.get("prompt") for r in rows if r.get("prompt") is not None), None)
     conversational = _is_conversation(first_prompt)
     good, dropped = [], []
-    for i, row in enumerate(rows):
+    for i, row in zip(numbers, rows):
         reason = _check_row(row, kind, conversational)
         if reason is not None:
             if bad_rows == "raise":
-                raise DatasetError(f"{name} row {i}: {reason}; fix the row or pass bad_rows='drop' (--bad-rows drop).")
-            dropped.append(BadRow(i, reason))
+                raise DatasetError(f"{name} {unit} {i}: {reason}; fix the row or pass bad_rows='drop' (--bad-rows drop).")
+            dropped.append(BadRow(i, reason, unit))
             continue
         clean = {k: row[k] for k in KINDS[kind]}
         if kind == "unpaired":
@@ -254,7 +318,7 @@ def load_preferences(
         good.append(clean)
     if not good:
         raise DatasetError(f"{name}: all {len(rows)} rows are bad (first: {dropped[0]}); fix the data.")
-    return PreferenceDataset(kind, tuple(good), conversational, name, tuple(dropped))
+    return PreferenceDataset(kind, tuple(good), conversational, name, tuple(dropped), unit)
 
 
 def write_jsonl(path: str, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -333,9 +397,9 @@ def tokenize_preferences(
             reason = f"prompt is {len(prompt_ids)} tokens, max_prompt_length is {max_prompt_length}"
             if bad_rows == "raise":
                 raise DatasetError(
-                    f"{dataset.source} row {r['row']}: {reason}; raise --max-length or pass --bad-rows drop."
+                    f"{dataset.source} {dataset.unit} {r['row']}: {reason}; raise --max-length or pass --bad-rows drop."
                 )
-            out.dropped.append(BadRow(r["row"], reason))
+            out.dropped.append(BadRow(r["row"], reason, dataset.unit))
             continue
         room = max_length - len(prompt_ids)
         for slot, (p_ids, c_ids) in enumerate(rendered):

@@ -21,7 +21,7 @@ from offrl.errors import ConfigError, DivergenceError
 from offrl.prefs.config import TrainConfig
 from offrl.prefs.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from offrl.prefs.modeling import cosine_warmup, length_bucketed_batches
-from offrl.run_folder import first_non_finite, read_metrics, truncate_metrics
+from offrl.run_folder import append_bytes, first_non_finite, read_metrics, truncate_metrics
 
 
 def resolve_mixed_precision(requested: str, cuda: bool, bf16_supported: bool) -> tuple[str, str]:
@@ -143,9 +143,19 @@ def run_loop(
     description: str = "train",
     save_model: Callable[[Any, str], None] | None = None,
 ) -> list[dict[str, float]]:
-    """Train ``model`` for ``config.steps`` steps; returns the logged metric rows."""
+    """Train ``model`` for ``config.steps`` steps; returns the logged metric rows. The main process
+    holds ``out``'s lock (:mod:`offrl.locking`) throughout."""
+    from offrl.locking import RunLock
+
     check_deepspeed(accelerator.distributed_type, config)
     os.makedirs(out, exist_ok=True)
+    with RunLock(out) if accelerator.is_main_process else contextlib.nullcontext():
+        return _run_loop(accelerator, model, tokenizer, lengths, collate, compute, config, out, evaluate, resume,
+                         progress, description, save_model)
+
+
+def _run_loop(accelerator, model, tokenizer, lengths, collate, compute, config, out, evaluate, resume, progress,
+              description, save_model) -> list[dict[str, float]]:
     ckpt_dir = os.path.join(out, "checkpoints")
     torch.manual_seed(config.seed)
     optimizer = torch.optim.AdamW(
@@ -249,8 +259,7 @@ def run_loop(
                     model.train()
                 history.append(row)
                 if accelerator.is_main_process:
-                    with open(metrics_path, "a") as fh:
-                        fh.write(json.dumps(row) + "\n")
+                    append_bytes(metrics_path, (json.dumps(row) + "\n").encode())
                 running, examples, t0 = [], 0, time.perf_counter()
                 if bar is not None:
                     bar.update(task, completed=done, info=f"loss {row['loss']:.4f}")
@@ -277,6 +286,10 @@ def run_loop(
 
 
 def write_json(path: str, obj: Any) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as fh:
-        json.dump(obj, fh, indent=1, default=str)
+    """Write ``obj`` as JSON through a temporary file and a rename: a full disk leaves the old file."""
+    from offrl.run_folder import atomic_write, disk_errors
+
+    folder = os.path.dirname(os.path.abspath(path))
+    with disk_errors(folder):
+        os.makedirs(folder, exist_ok=True)
+    atomic_write(path, json.dumps(obj, indent=1, default=str))

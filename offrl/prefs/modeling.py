@@ -38,9 +38,26 @@ def load_causal_lm(path: str, dtype: torch.dtype = torch.float32):
     from transformers import AutoModelForCausalLM
 
     _check_model_dir(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
+    check_safetensors_weights(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False, use_safetensors=True)
     disable_dropout(model)
     return model
+
+
+def check_safetensors_weights(path: str) -> None:
+    """Refuse, in one sentence, a model folder whose weights exist only as PyTorch ``.bin``
+    files: those are pickles, which can run code when loaded, so offrl loads safetensors only."""
+    import glob
+
+    if glob.glob(os.path.join(path, "*.safetensors")):
+        return
+    pickles = sorted(os.path.basename(p) for p in glob.glob(os.path.join(path, "*.bin")))
+    if pickles:
+        raise ConfigError(
+            f"--model {path} holds only PyTorch pickle weights ({', '.join(pickles[:3])}); offrl loads safetensors "
+            "only (a pickle can run code when loaded): convert them once where you trust the file, e.g. "
+            "AutoModel.from_pretrained(path).save_pretrained(path, safe_serialization=True).")
+    raise ConfigError(f"--model {path} has no *.safetensors weights; pass a folder written by save_pretrained.")
 
 
 def _check_model_dir(path: str) -> None:

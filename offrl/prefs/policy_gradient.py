@@ -159,10 +159,19 @@ def run_policy_gradient(
     """Run ``config.steps`` iterations; ``update(batch, kl_coef, optimizer_step, step)`` does the
     algorithm's part and calls ``optimizer_step(loss)`` for each gradient step. ``callbacks`` see
     every logged row (the guardrails monitor warns from there)."""
+    from offrl.locking import RunLock
+
+    os.makedirs(out, exist_ok=True)
+    with RunLock(out):
+        return _run_policy_gradient(trainer, config, out, prompts, policy, reference, tokenizer, reward, update,
+                                    modules, group_size, resume, progress, callbacks, report)
+
+
+def _run_policy_gradient(trainer, config, out, prompts, policy, reference, tokenizer, reward, update, modules,
+                         group_size, resume, progress, callbacks, report) -> TrainResult:
     from offrl.prefs.guard import GuardMonitor
 
     modules = modules or {}
-    os.makedirs(out, exist_ok=True)
     callbacks = [GuardMonitor(out, config.kl_budget), *callbacks]
     ckpt_dir = os.path.join(out, "checkpoints")
     torch.manual_seed(config.seed)
@@ -235,8 +244,8 @@ def run_policy_gradient(
             elif bar is not None:
                 bar.update(task, completed=done)
             if config.save_every and done % config.save_every == 0 and done < config.steps:
-                path = save_checkpoint(ckpt_dir, policy, tokenizer, optimizer, done, extra={"kl_coef": controller.coef})
-                _save_modules(path, modules)
+                save_checkpoint(ckpt_dir, policy, tokenizer, optimizer, done, extra={"kl_coef": controller.coef},
+                                write_extra=lambda folder: _save_modules(folder, modules))
     finally:
         if bar is not None:
             bar.stop()
@@ -246,8 +255,8 @@ def run_policy_gradient(
     tokenizer.save_pretrained(final)
     _save_modules(out, modules)
     if config.save_every:
-        path = save_checkpoint(ckpt_dir, policy, tokenizer, optimizer, config.steps, extra={"kl_coef": controller.coef})
-        _save_modules(path, modules)
+        save_checkpoint(ckpt_dir, policy, tokenizer, optimizer, config.steps, extra={"kl_coef": controller.coef},
+                        write_extra=lambda folder: _save_modules(folder, modules))
     write_json(os.path.join(out, "kl_controller.json"), {"kl_coef": controller.coef, "target": controller.target})
     return finish_run(out, history, report)
 

@@ -26,7 +26,8 @@ from offrl.prefs import losses as L
 from offrl.prefs.config import RewardModelConfig
 from offrl.prefs.data import TokenizedPreferences
 from offrl.prefs.loop import make_accelerator, run_loop, write_json
-from offrl.prefs.modeling import _check_model_dir, collate_pairs, collate_sequences, disable_dropout, load_tokenizer
+from offrl.prefs.modeling import (_check_model_dir, check_safetensors_weights, collate_pairs, collate_sequences,
+                                  disable_dropout, load_tokenizer)
 from offrl.prefs.runs import TrainResult, finish_run, prepare_data, resume_weights, start_run
 
 
@@ -35,9 +36,10 @@ def load_reward_model(path: str, heads: int | None = None):
     from transformers import AutoModelForSequenceClassification
 
     _check_model_dir(path)
+    check_safetensors_weights(path)
     tokenizer = load_tokenizer(path)
     kwargs = {"num_labels": heads} if heads else {}
-    model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32, **kwargs)
+    model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32, use_safetensors=True, **kwargs)
     model.config.pad_token_id = tokenizer.pad_token_id
     disable_dropout(model)
     return model, tokenizer

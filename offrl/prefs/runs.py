@@ -46,7 +46,9 @@ def prepare_data(data, tokenizer, config: TrainConfig, kind: str | None = None, 
     kw = dict(max_length=config.max_length, max_prompt_length=config.max_prompt_length, bad_rows=config.bad_rows)
     train_tok = tokenize_preferences(train, tokenizer, **kw)
     eval_tok = tokenize_preferences(held_out, tokenizer, **kw) if held_out is not None and len(held_out) else None
-    dropped = sorted(set(train_tok.dropped) | set(eval_tok.dropped if eval_tok else dataset.dropped), key=lambda b: b.row)
+    # rows refused when read (the whole file's, before any split) and when tokenized (each part's)
+    dropped = sorted(set(dataset.dropped) | set(train_tok.dropped) | set(eval_tok.dropped if eval_tok else ()),
+                     key=lambda b: b.row)
     report = {
         "data": dataset.source,
         "kind": dataset.kind,
@@ -76,12 +78,16 @@ def resume_weights(model: str, out: str, resume: bool) -> str:
 
 def start_run(out: str, trainer: str, model: str, config: TrainConfig, report: dict[str, Any] | None = None,
               **extra: Any) -> None:
-    """Write ``<out>/config.json``: the trainer, the starting model, every config field and the data report
+    """Take the run folder's lock (:mod:`offrl.locking`: a second writer is refused, naming this
+    process's PID; :func:`finish_run` or an error in the loop gives it back), then write
+    ``<out>/config.json``: the trainer, the starting model, every config field and the data report
     (by the main process only under ``accelerate launch``)."""
+    from offrl.locking import acquire
     from offrl.prefs.loop import is_main_process
 
     if not is_main_process():
         return
+    acquire(out)
     write_json(os.path.join(out, "config.json"),
                {"trainer": trainer, "model": model, **extra, **config.to_json(), **(report or {})})
 
@@ -91,7 +97,12 @@ def finish_run(out: str, history: list[dict[str, float]], report: dict[str, Any]
     """Write ``<out>/summary.json`` (the data report, ``extra`` and the last metric row) and return the result."""
     from offrl.prefs.loop import is_main_process
 
+    from offrl.locking import release
+
     summary = {**(report or {}), **extra, **(history[-1] if history else {})}
     if is_main_process():
-        write_json(os.path.join(out, "summary.json"), summary)
+        try:
+            write_json(os.path.join(out, "summary.json"), summary)
+        finally:
+            release(out, everything=True)
     return TrainResult(out, history, summary)

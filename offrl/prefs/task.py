@@ -211,13 +211,13 @@ def read_prompts(path: str) -> list[str]:
     import json
 
     from offrl.errors import DatasetError
-    from offrl.prefs.data import read_rows
+    from offrl.prefs.data import read_numbered_rows
 
-    rows, name = read_rows(path)
+    rows, name, numbers, unit = read_numbered_rows(path)
     prompts, seen = [], set()
-    for i, r in enumerate(rows):
+    for i, r in zip(numbers, rows):
         if "prompt" not in r:
-            raise DatasetError(f"{name} row {i} has no 'prompt' field; each row needs one.")
+            raise DatasetError(f"{name} {unit} {i} has no 'prompt' field; each row needs one.")
         key = r["prompt"] if isinstance(r["prompt"], str) else json.dumps(r["prompt"], sort_keys=True)
         if key not in seen:
             seen.add(key)

@@ -27,24 +27,24 @@ def test_bad_rows_dropped_with_row_numbers_and_reasons(tmp_path):
     ds = load_preferences(str(path), bad_rows="drop")
     assert ds.kind == "paired" and len(ds) == 3
     assert [(b.row, b.reason) for b in ds.dropped] == [
-        (1, "missing field 'rejected'"),
-        (2, "empty chosen"),
-        (3, "chosen == rejected (no preference to learn)"),
+        (2, "missing field 'rejected'"),
+        (3, "empty chosen"),
+        (4, "chosen == rejected (no preference to learn)"),
     ]
-    assert "3 bad rows dropped" in ds.summary() and "row 2: empty chosen" in ds.summary()
+    assert "3 bad rows dropped" in ds.summary() and "line 3: empty chosen" in ds.summary()
     tok = tokenize_preferences(ds, build_tokenizer(), max_length=32)
     assert len(tok) == 2
-    assert [b.row for b in tok.dropped] == [1, 2, 3, 4]
+    assert [b.row for b in tok.dropped] == [2, 3, 4, 5]
     assert "max_prompt_length is 32" in tok.dropped[-1].reason
 
 
 def test_bad_rows_refused_with_row_number(tmp_path):
     path = tmp_path / "pairs.jsonl"
     write_jsonl(str(path), ROWS)
-    with pytest.raises(DatasetError, match=r"row 1: missing field 'rejected'"):
+    with pytest.raises(DatasetError, match=r"line 2: missing field 'rejected'"):
         load_preferences(str(path), bad_rows="raise")
     ds = load_preferences(ROWS[:1] + ROWS[4:], bad_rows="raise")
-    with pytest.raises(DatasetError, match=r"row 1: prompt is \d+ tokens"):
+    with pytest.raises(DatasetError, match=r"row 2: prompt is \d+ tokens"):
         tokenize_preferences(ds, build_tokenizer(), max_length=32, bad_rows="raise")
 
 
@@ -72,7 +72,7 @@ def test_sources_jsonl_parquet_hf_and_unpaired(tmp_path):
         {"prompt": "sort:31=", "completion": "  ", "label": False},
     ])
     assert unpaired.kind == "unpaired" and len(unpaired) == 1
-    assert [b.row for b in unpaired.dropped] == [1, 2]
+    assert [b.row for b in unpaired.dropped] == [2, 3]
     split = from_hf.to_unpaired()
     assert [r["label"] for r in split.rows] == [True, False, True, False]
     with pytest.raises(DatasetError, match="columns"):

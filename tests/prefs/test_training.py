@@ -165,5 +165,5 @@ def test_cli_make_task_sft_eval_and_bad_rows(tmp_path, capsys):
     code = main(["prefs", "dpo", "--model", f"{task}/model", "--data", str(bad), "--out", str(tmp_path / "d"),
                  "--bad-rows", "raise", "--no-progress"])
     assert code == 2
-    assert "row 0: chosen == rejected" in capsys.readouterr().err
+    assert "line 1: chosen == rejected" in capsys.readouterr().err
     assert main(["prefs", "sft", "--model", str(tmp_path / "nope"), "--data", str(bad), "--out", str(tmp_path / "x")]) == 2

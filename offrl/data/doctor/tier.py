@@ -80,6 +80,11 @@ GRADUAL_RATIO = 0.85
 IID_AUTOCORR_BELOW = 0.2
 FLAT_ACTIONS_FROM = 0.9
 MIN_EPISODES_FOR_HIGH = 20
+#: Below this many episodes no tier is estimated ("too small to judge"): a Spearman correlation
+#: over ``E`` episodes spreads by about ``1 / sqrt(E - 1)`` without any trend (0.58 at 4), and two
+#: return modes or an order fit cannot be told from noise, so any kind would be a guess.
+MIN_EPISODES_TO_JUDGE = 5
+TOO_SMALL = "too small to judge"
 STEP_FROM = 0.1
 STEP_P_BELOW = 0.005
 SHIFT_FROM = 0.05
@@ -247,7 +252,17 @@ def tier_name(kind: str, level: dict | None) -> str | None:
 
 
 def estimate_tier(kind: dict, level: dict | None, episodes: int, declared: str | None = None) -> dict:
-    """Combine kind and level into the tier estimate, its confidence and its reasons."""
+    """Combine kind and level into the tier estimate, its confidence and its reasons; below
+    :data:`MIN_EPISODES_TO_JUDGE` episodes, no estimate (kind "too small to judge")."""
+    if episodes < MIN_EPISODES_TO_JUDGE:
+        reason = (f"{TOO_SMALL}: {episodes} episode(s), fewer than the {MIN_EPISODES_TO_JUDGE} the doctor needs before "
+                  "estimating a tier; collect more episodes")
+        if level is not None:
+            reason += f" (the median normalized score of these episodes is {level['median_score']:.1f})"
+        return {"estimate": None, "kind": TOO_SMALL, "confidence": "low", "reasons": [reason], "declared": declared,
+                "agrees_with_metadata": None, "evidence": kind["evidence"], "level": level, "too_small": True,
+                "normalized": level is not None, "median_score": level["median_score"] if level else None,
+                "score_spread": level["score_spread"] if level else None}
     tier = tier_name(kind["estimate"], level)
     support, against = kind["support"], kind["against"]
     reasons = [f"kind: {kind['estimate']}"] + [f"  {e['reason']}" for e in support]
@@ -314,6 +329,10 @@ def recommend(tier: dict, coverage: dict | None = None, discrete: bool = False) 
     level_text = f"median normalized score {med:.0f}" if med is not None else "level unknown"
     if kind is None:  # a hand-built tier dict: read the kind from the tier name
         kind = {"random": "random actions", "medium-replay": "learning history", "medium-expert": "mixture of policies"}.get(t, "one policy")
+    if kind == TOO_SMALL:
+        return {"algorithm": n["iql"], "alternatives": [],
+                "reasons": [f"the file is {TOO_SMALL} (fewer than {MIN_EPISODES_TO_JUDGE} episodes), so no tier-based choice is made; "
+                            f"{n['iql']} is the most robust default across tiers"]}
     if kind == "random actions":
         algo, alts = n["cql"], [n["iql"]]
         reasons = [f"random actions ({level_text}): cloning them reproduces random behaviour, and the values of actions the data rarely shows are easily over-estimated",
