@@ -115,6 +115,29 @@ def make_env(env_id: str, **kwargs):
     return env
 
 
+def check_data_fits_env(env_id: str | None, obs_dim: int, action_dim: int, num_actions: int = 0,
+                        source: str = "the dataset", flag: str = "--env") -> None:
+    """Refuse, in one line and before anything runs, data whose observation or action shape is not
+    ``env_id``'s (``num_actions > 0`` for discrete data). ``None`` passes (no env, no evaluation)."""
+    if env_id is None:
+        return
+    import numpy as np
+
+    env = make_env(env_id)
+    try:
+        env_obs = int(np.prod(env.observation_space.shape or (1,)))
+        space = env.action_space
+        env_discrete = hasattr(space, "n")
+        env_actions = int(space.n) if env_discrete else int(np.prod(space.shape or (1,)))
+    finally:
+        env.close()
+    data_actions = f"{num_actions} discrete actions" if num_actions else f"{action_dim}-dimensional continuous actions"
+    env_text = f"{env_actions} discrete actions" if env_discrete else f"{env_actions}-dimensional continuous actions"
+    if env_obs != int(obs_dim) or env_discrete != bool(num_actions) or env_actions != int(num_actions or action_dim):
+        raise ConfigError(f"{source} has {int(obs_dim)}-dimensional observations and {data_actions}, but {flag} {env_id} has "
+                          f"{env_obs}-dimensional observations and {env_text}; pass the env the data was collected in.")
+
+
 def check_env_id(env_id: str | None, flag: str = "--env") -> None:
     """Raise :class:`ConfigError` when ``env_id`` is not in Gymnasium's registry (``None`` passes).
 

@@ -37,6 +37,8 @@ import numpy as np
 
 from offrl.config import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, UNIT, check_config, param
 from offrl.errors import ConfigError, OffrlError
+from offrl.locking import RunLock
+from offrl.run_folder import atomic_write
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,14 +232,15 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
                    **{f"finetune_{k}": v for k, v in dataclasses.asdict(ft).items()}}
     online_record = {"algo": record["algo"], "phase": "online", "config": config_to_dict(online_config),
                      "settings": settings_ft, "data": record["data"], "offrl_version": record.get("offrl_version")}
-    log = _online_log(folder, source, learner, online_record, offline_step, resume)
     try:
-        _online_phase(learner, log, folder, ft, module, info, env_id, settings, seed, offline_step, stop_at, progress,
-                      title=f"finetune {record['algo']} x{seeds}")
+        with RunLock(folder):
+            log = _online_log(folder, source, learner, online_record, offline_step, resume)
+            _online_phase(learner, log, folder, ft, module, info, env_id, settings, seed, offline_step, stop_at, progress,
+                          title=f"finetune {record['algo']} x{seeds}")
+            result = Run(folder, record["algo"], online_config, settings_ft, info, learner.agents, log.rows)
+            atomic_write(folder / "summary.json", json.dumps(online_summary(result.metrics, offline_step), indent=2))
     finally:
         vec.close()
-    result = Run(folder, record["algo"], online_config, settings_ft, info, learner.agents, log.rows)
-    (folder / "summary.json").write_text(json.dumps(online_summary(result.metrics, offline_step), indent=2))
     from offrl.plotting import plot_finetune
 
     plot_finetune(result, folder / "plots", offline_step)
@@ -271,8 +274,8 @@ def _online_log(folder: Path, source: Path, learner, record: dict, offline_step:
         raise ConfigError(f"{folder} already holds a fine-tuning run; pass --resume to continue it or choose another --out.")
     (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
     (folder / "plots").mkdir(exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(record, indent=2))
-    (folder / "metrics.jsonl").write_text("")
+    atomic_write(folder / "config.json", json.dumps(record, indent=2))
+    atomic_write(folder / "metrics.jsonl", "")
     log.add([{**r, "phase": "offline"} for r in read_metrics(source / "metrics.jsonl") if "eval/return" in r])
     return log
 

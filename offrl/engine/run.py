@@ -153,6 +153,10 @@ def evaluate(run: Run | str | Path, episodes: int = 10, env: str | None = None, 
     env_id = env or run.info.env_id
     if not env_id:
         raise ConfigError("this run has no environment id to evaluate in; pass --env (a Gymnasium id such as Hopper-v5).")
+    from offrl.envs import check_data_fits_env
+
+    check_data_fits_env(env_id, run.info.obs_dim, run.info.action_dim, run.info.num_actions,
+                        source=f"the run {run.path}" if run.path else "the run")
     seeds = int(np.asarray(run.agent.step).shape[0])
     evaluator = Evaluator(run.module, run.agent, run.info, env_id, episodes, seeds,
                           getattr(run.config, "discount", 0.99), eval_seed=eval_seed,

@@ -10,6 +10,7 @@ checkpoint with the metrics log truncated to it, and ends bit-identical to an un
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -23,8 +24,9 @@ from offrl.engine.data import prepare_data
 from offrl.engine.evaluation import Evaluator, summarise_evaluation
 from offrl.engine.run import Run, reference_metadata, references, run_record
 from offrl.errors import ConfigError, DivergenceError
+from offrl.locking import RunLock
 from offrl.progress import ProgressBar, rate_text
-from offrl.run_folder import MetricsLog, first_non_finite, truncate_metrics
+from offrl.run_folder import MetricsLog, atomic_write, first_non_finite, truncate_metrics
 
 
 # ---------------------------------------------------------------------- what a run starts from
@@ -89,8 +91,71 @@ def write_run_folder(folder: Path, record: dict) -> None:
     """``config.json``, an empty ``metrics.jsonl``, ``checkpoints/`` and ``plots/``."""
     (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
     (folder / "plots").mkdir(exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(record, indent=2))
-    (folder / "metrics.jsonl").write_text("")
+    atomic_write(folder / "config.json", json.dumps(record, indent=2))
+    atomic_write(folder / "metrics.jsonl", "")
+
+
+def read_run_record(folder: Path) -> dict:
+    """``folder/config.json`` as written by :func:`train`, refused in one line when it is not valid JSON
+    or lacks ``algo``, ``config`` or ``settings``."""
+    path = folder / "config.json"
+    try:
+        record = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise ConfigError(f"{path} is not valid JSON{where}; restore it from a copy, or start a new run with another --out.") from None
+    missing = [key for key in ("algo", "config", "settings") if not isinstance(record, dict) or key not in record]
+    if missing:
+        raise ConfigError(f"{path} lacks {', '.join(repr(k) for k in missing)}; it was not written by offrl train "
+                          "(restore it, or start a new run with another --out).")
+    return record
+
+
+def resumed_config(module, record: dict, folder: Path, overrides: Mapping[str, Any] | None, steps: int):
+    """The run's stored config, unchanged: **a resume keeps the run's config**.
+
+    ``--set`` on a resume may only repeat stored values; one that would change a field is refused
+    in one line naming ``config.json`` and the field, before anything in the folder is touched.
+    ``--steps`` may shorten a run or, for an algorithm without a learning-rate schedule
+    (no ``schedule_steps`` field), extend it; a run whose schedule ends at ``schedule_steps`` is not
+    extended past it, because its learning rates would differ from a fresh run of that length.
+    """
+    import re
+
+    from offrl.algos.common import apply_overrides, config_from_dict
+
+    path = folder / "config.json"
+    try:
+        config = config_from_dict(module.Config, record["config"])
+    except (ConfigError, TypeError) as exc:
+        reason = re.sub(r"\s*\(e\.g\. --set [^)]*\)|;? ?(pass|set) e\.g\. --set \S+", "", str(exc)).rstrip(". ")
+        raise ConfigError(f"{path} does not hold a valid config: {reason}; fix the file or start a new run with another --out.") from None
+    if overrides:
+        changed = apply_overrides(config, overrides)
+        for f in dataclasses.fields(config):
+            old, new = getattr(config, f.name), getattr(changed, f.name)
+            if old != new:
+                raise ConfigError(f"--resume keeps the run's config, but --set {f.name}={_text(new)} would change "
+                                  f"{path}'s {f.name} ({_text(old)}); drop it from --set, or start a new run with another --out.")
+    previous = int(record["settings"].get("steps", steps))
+    schedule = getattr(config, "schedule_steps", None) if "schedule_steps" in {f.name for f in dataclasses.fields(config)} else None
+    if schedule is not None and int(steps) > int(schedule):
+        raise ConfigError(f"--resume --steps {steps}: {path} has schedule_steps {schedule} (its learning-rate schedule ends "
+                          f"there), so the resumed run would differ from a fresh {steps}-step run; resume with --steps "
+                          f"{previous}, or start a new run with --steps {steps}.")
+    return config
+
+
+def _shape(dataset, env_id: str | None) -> tuple[int, int, int]:
+    """``(obs_dim, action_dim, num_actions)`` of a dataset as the engine sees it (see :class:`DataInfo`)."""
+    from offrl.engine.data import data_info
+
+    info = data_info(dataset, None, env_id)
+    return info.obs_dim, info.action_dim, info.num_actions
+
+
+def _text(value) -> str:
+    return ",".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
 
 
 # ---------------------------------------------------------------------- the loop
@@ -109,9 +174,9 @@ def check_finite(metrics: Mapping[str, Any], step: int, *, member: Callable[[int
     index_member, offset = index if len(index) == 2 else (0, index[-1])
     where = ""
     if folder is not None:
-        from offrl.checkpoint import latest_checkpoint
+        from offrl.checkpoint import latest_intact_checkpoint
 
-        latest = latest_checkpoint(folder / "checkpoints")
+        latest = latest_intact_checkpoint(folder / "checkpoints")
         where = f" The last good checkpoint (step {latest['step']}) is kept in {folder / 'checkpoints'}." if latest else " No checkpoint was saved before it."
     raise DivergenceError(f"{what} diverged: '{name}' became {value} at step {step + offset + 1} ({member(index_member)});"
                           f" {advice}{where}")
@@ -234,10 +299,7 @@ def train(
         run = offrl.train("iql", "pendulum-medium-v0", steps=50_000, seeds=3, out="runs/iql")
         run.final_scores        # normalized score of each seed at the last evaluation
     """
-    import jax
-
     from offrl.algos import algorithm_spec, get_algorithm
-    from offrl.algos.common import apply_overrides, config_from_dict
     from offrl.envs import check_env_id
 
     check_env_id(env)
@@ -245,15 +307,29 @@ def train(
     algo = algorithm_spec(module).name
     folder = Path(out) if out is not None else None
     check_run_counts(steps=steps, seeds=seeds, eval_every=eval_every, log_every=log_every)
+    if resume and (folder is None or not (folder / "config.json").exists()):
+        raise ConfigError(f"--resume needs an existing run folder with config.json, but {folder} has none; drop --resume to start a new run.")
+    with RunLock(folder) if folder is not None else contextlib.nullcontext():
+        return _train_locked(module, algo, folder, dataset=dataset, steps=steps, seeds=seeds, seed=seed, eval_every=eval_every,
+                             eval_episodes=eval_episodes, config_overrides=config_overrides, env=env, resume=resume,
+                             log_every=log_every, tensorboard=tensorboard, wandb=wandb, progress=progress, stop_at=stop_at,
+                             keep_checkpoints=keep_checkpoints, devices=devices)
+
+
+def _train_locked(module, algo: str, folder: Path | None, *, dataset, steps, seeds, seed, eval_every, eval_episodes,
+                  config_overrides, env, resume, log_every, tensorboard, wandb, progress, stop_at, keep_checkpoints,
+                  devices) -> Run:
+    """The body of :func:`train`, run while the run folder's lock is held."""
+    import jax
+
+    from offrl.envs import check_data_fits_env
+
     previous = None
     if resume:
-        if folder is None or not (folder / "config.json").exists():
-            raise ConfigError(f"--resume needs an existing run folder with config.json, but {folder} has none; drop --resume to start a new run.")
-        previous = json.loads((folder / "config.json").read_text())
+        previous = read_run_record(folder)
         if previous["algo"] != algo:
             raise ConfigError(f"--resume: {folder} was trained with --algo {previous['algo']}, not {algo}.")
-        config = config_from_dict(module.Config, previous["config"])
-        config = apply_overrides(config, config_overrides) if config_overrides else config
+        config = resumed_config(module, previous, folder, config_overrides, steps)
     else:
         config = run_config(module, config_overrides, steps)
     if devices is not None:
@@ -265,6 +341,10 @@ def train(
     env_id = env or (previous["settings"].get("env") if previous else None) or ds.metadata.get("env_id")
     if previous is None:
         config = dataset_config(module, config, ds, env_id)
+    check_data_fits_env(env_id, *_shape(ds, env_id), source=describe_dataset(ds, dataset))
+    if int(config.batch_size) > len(ds):
+        raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({len(ds)} transitions); "
+                          f"pass e.g. --set batch_size={min(256, len(ds))}.")
     data, info = prepare_data(ds, config, env_id, module)
     settings = run_settings(ds, dataset, env_id, steps=steps, seeds=seeds, seed=seed, eval_every=eval_every,
                             eval_episodes=eval_episodes, log_every=log_every,
@@ -280,7 +360,7 @@ def train(
             raise ConfigError(f"run folder {folder} already holds a run; pass --resume to continue it or choose another --out.")
         (folder / "checkpoints").mkdir(exist_ok=True)
         (folder / "plots").mkdir(exist_ok=True)
-        (folder / "config.json").write_text(json.dumps(record, indent=2))
+        atomic_write(folder / "config.json", json.dumps(record, indent=2))
 
     log = MetricsLog(folder, rows=[], tensorboard=tensorboard, wandb=wandb, run_config=record)
     agents, data_keys = create_agents(module, config, info.obs_dim, info.action_dim, seed, seeds)
@@ -295,7 +375,7 @@ def train(
             data_keys = jax.numpy.asarray(state["data_keys"])
         rows = truncate_metrics(folder / "metrics.jsonl", latest["step"] if latest is not None else 0)
     elif folder is not None:
-        (folder / "metrics.jsonl").write_text("")
+        atomic_write(folder / "metrics.jsonl", "")
     batch_sharding = None
     if devices is not None and int(seeds) > 1:
         from offrl.engine.sharding import place

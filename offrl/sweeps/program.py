@@ -12,6 +12,7 @@ one ``vmap``. Each configuration gets its own run folder (``config.json`` with i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -25,6 +26,7 @@ from offrl.engine.run import Run, reference_metadata, run_record
 from offrl.engine.training import (LoopHooks, dataset_config, load_dataset, offline_loop, run_config, run_settings,
                                    save_agents, write_run_folder)
 from offrl.progress import ProgressBar, rate_text
+from offrl.locking import RunLock
 from offrl.run_folder import MetricsLog
 
 
@@ -62,8 +64,6 @@ def train_program(module, algo: str, data, info, config, points: list[dict], tra
     program through :func:`offrl.engine.training.offline_loop`; returns one :class:`Run` per
     configuration, written to ``folders``. ``on_evaluation(step, rows)`` receives each evaluation's
     metric rows (one per member; a Ray Tune trial reports them, and its scheduler may stop the trial there)."""
-    count = len(points)
-    members = count * seeds
     config = dataclasses.replace(config, **{name: points[0][name] for name in traced})  # static branches (e.g. alpha None) follow the grid
     values = {name: [p[name] for p in points] for name in traced}
     agents, data_keys = member_agents(module, config, info, values, seed, seeds)
@@ -72,6 +72,20 @@ def train_program(module, algo: str, data, info, config, points: list[dict], tra
 
         agents, data_keys, data = place(agents, data_keys, data, devices)
     configs = [dataclasses.replace(config, **{name: p[name] for name in traced}) for p in points]
+    with contextlib.ExitStack() as locks:
+        for folder in folders:
+            if folder is not None:
+                locks.enter_context(RunLock(folder))  # one writer per member folder, taken before any is written
+        return _train_locked(module, algo, data, info, config, points, traced, folders, settings, configs, agents, data_keys,
+                             steps=steps, seeds=seeds, eval_every=eval_every, eval_episodes=eval_episodes,
+                             log_every=log_every, env_id=env_id, progress=progress, on_evaluation=on_evaluation)
+
+
+def _train_locked(module, algo, data, info, config, points, traced, folders, settings, configs, agents, data_keys, *,
+                  steps, seeds, eval_every, eval_episodes, log_every, env_id, progress, on_evaluation) -> list[Run]:
+    """The body of :func:`train_program`, run while every member folder's lock is held."""
+    count = len(points)
+    members = count * seeds
     logs = []
     for cfg, folder in zip(configs, folders):
         if folder is not None:

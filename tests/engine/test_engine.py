@@ -81,8 +81,12 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, pendulum_small):
 def test_divergence_names_the_loss_and_step_and_keeps_the_last_good_checkpoint(tmp_path, pendulum_small):
     kwargs = dict(steps=40, seeds=1, log_every=20, eval_every=20, eval_episodes=0, progress=False, out=tmp_path / "run")
     engine.train("td3", pendulum_small, stop_at=20, config_overrides=TINY, **kwargs)
+    # A resume keeps the run's config (--set cannot change it), so the divergence is planted in config.json.
+    record = json.loads((tmp_path / "run" / "config.json").read_text())
+    record["config"]["reward_scaling"] = "1e30"
+    (tmp_path / "run" / "config.json").write_text(json.dumps(record))
     with pytest.raises(DivergenceError, match=r"'(critic|actor)_loss' became .* at step (2\d|3\d|40) .*step 20"):
-        engine.train("td3", pendulum_small, resume=True, config_overrides={**TINY, "reward_scaling": "1e30"}, **kwargs)
+        engine.train("td3", pendulum_small, resume=True, config_overrides=TINY, **kwargs)
     run = engine.load_run(tmp_path / "run")
     assert run.step == 20
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(run.agent.critic.params))
