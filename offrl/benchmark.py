@@ -224,13 +224,13 @@ def cell_name(env: str, tier: str, algo: str) -> str:
 
 def summarise_cell(run) -> dict:
     """Last and best evaluation of a finished run: normalized score (raw return when unknown)."""
-    from offrl.plotting import _by_step
+    from offrl.plotting import metric_by_step
 
     key = "eval/normalized_score"
-    steps, mean, std = _by_step(run.metrics, key)
+    steps, mean, std = metric_by_step(run.metrics, key)
     if not len(steps):
         key = "eval/return"
-        steps, mean, std = _by_step(run.metrics, key)
+        steps, mean, std = metric_by_step(run.metrics, key)
     if not len(steps):
         return {"metric": key, "last_step": None}
     best = int(np.argmax(mean))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 
-def _by_step(rows: list[dict], key: str):
+def metric_by_step(rows: list[dict], key: str):
     """``steps, mean, std`` of ``key`` over seeds at each logged step that has it."""
     table: dict[int, list[float]] = {}
     for row in rows:
@@ -58,10 +58,10 @@ def plot_runs(runs, out: str | Path, baselines: dict[str, float] | None = None) 
     written = []
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    use_score = all(len(_by_step(r.metrics, "eval/normalized_score")[0]) for r in runs)
+    use_score = all(len(metric_by_step(r.metrics, "eval/normalized_score")[0]) for r in runs)
     key = "eval/normalized_score" if use_score else "eval/return"
     for run in runs:
-        steps, mean, std = _by_step(run.metrics, key)
+        steps, mean, std = metric_by_step(run.metrics, key)
         if len(steps):
             _band(ax, steps, mean, std, _label(run))
     for i, (label, value) in enumerate((baselines or {}).items()):
@@ -80,15 +80,15 @@ def plot_runs(runs, out: str | Path, baselines: dict[str, float] | None = None) 
 
     fig, (ax_q, ax_r) = plt.subplots(1, 2, figsize=(12, 4.5))
     for run in runs:
-        steps_q, q_mean, q_std = _by_step(run.metrics, "eval/q_estimate")
-        steps_g, g_mean, g_std = _by_step(run.metrics, "eval/discounted_return")
+        steps_q, q_mean, q_std = metric_by_step(run.metrics, "eval/q_estimate")
+        steps_g, g_mean, g_std = metric_by_step(run.metrics, "eval/discounted_return")
         if not len(steps_g):
             continue
         color = None
         if len(steps_q):
             color = _band(ax_q, steps_q, q_mean, q_std, f"{_label(run)}: Q(s0, pi(s0))")
         color = _band(ax_q, steps_g, g_mean, g_std, f"{_label(run)}: realised return", color=color, style="--")
-        steps_r, r_mean, r_std = _by_step(run.metrics, "eval/q_overestimation")
+        steps_r, r_mean, r_std = metric_by_step(run.metrics, "eval/q_overestimation")
         if len(steps_r):
             _band(ax_r, steps_r, r_mean, r_std, _label(run), color=color)
     ax_q.set_xlabel("gradient steps")
@@ -133,9 +133,9 @@ def plot_panels(panels: dict[str, list], out: str | Path) -> list[Path]:
         for ax, name in zip(axes.flat, names):
             for i, run in enumerate(panels[name]):
                 this_key = key
-                if key == "eval/normalized_score" and not len(_by_step(run.metrics, key)[0]):
+                if key == "eval/normalized_score" and not len(metric_by_step(run.metrics, key)[0]):
                     this_key = "eval/return"
-                steps, mean, std = _by_step(run.metrics, this_key)
+                steps, mean, std = metric_by_step(run.metrics, this_key)
                 if len(steps):
                     _band(ax, steps, mean, std, run.algo.upper(), color=f"C{i}")
             if key == "eval/q_overestimation":
@@ -171,10 +171,10 @@ def plot_finetune(runs, out: str | Path, offline_step: int, labels: list[str] | 
     out.mkdir(parents=True, exist_ok=True)
     fig, (ax, ax_q) = plt.subplots(1, 2, figsize=(12, 4.5))
     for run, label in zip(runs, labels):
-        steps, mean, std = _by_step(run.metrics, "eval/return")
+        steps, mean, std = metric_by_step(run.metrics, "eval/return")
         if len(steps):
             color = _band(ax, steps, mean, std, label)
-            steps_q, q_mean, q_std = _by_step(run.metrics, "eval/q_overestimation")
+            steps_q, q_mean, q_std = metric_by_step(run.metrics, "eval/q_overestimation")
             if len(steps_q):
                 _band(ax_q, steps_q, q_mean, q_std, label, color=color)
     for axis in (ax, ax_q):

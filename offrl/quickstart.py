@@ -48,7 +48,7 @@ PENDULUM_OVERRIDES = {
 }
 
 
-def _summary_row(run) -> dict:
+def summary_row(run) -> dict:
     """:meth:`Run.summary` (last evaluation, mean ± std over seeds) plus the critic's estimate
     ``Q(s0, pi(s0))`` and the realised discounted return at that evaluation."""
     last_step = max(r["step"] for r in run.evaluations())
@@ -61,7 +61,7 @@ def _summary_row(run) -> dict:
             "run_folder": str(run.path) if run.path else None}
 
 
-def _verdict(rows: dict, behaviour_score: float | None) -> str:
+def verdict(rows: dict, behavior_score: float | None) -> str:
     bc_name = "bc" if "bc" in rows else "discrete_bc"
     if bc_name not in rows:
         return "BC was not run, so there is no comparison with behaviour cloning."
@@ -79,8 +79,8 @@ def _verdict(rows: dict, behaviour_score: float | None) -> str:
         text = f"Offline RL did NOT clearly beat BC here: {name} {best['score_mean']:.1f} vs BC {bc['score_mean']:.1f} (+{gap:.1f}, within the seed spread of {spread:.1f}); train longer (--steps) or with more seeds."
     else:
         text = f"Offline RL did NOT beat BC here: best offline RL ({name}) {best['score_mean']:.1f} vs BC {bc['score_mean']:.1f}."
-    if behaviour_score is not None:
-        text += f" The data's own episodes average {behaviour_score:.1f}."
+    if behavior_score is not None:
+        text += f" The data's own episodes average {behavior_score:.1f}."
     return text
 
 
@@ -119,12 +119,12 @@ def run_quickstart(dataset: str = DEFAULT_DATASET, out="offrl-quickstart", algos
     render(report, console=console)
     doctor_files = write_report(report, out / "doctor")
 
-    behaviour_return = float(np.mean(ds.episode_returns()))
+    behavior_return = float(np.mean(ds.episode_returns()))
     complete_mean = ds.metadata.get("dataset_return_mean")
     if complete_mean is not None:
-        behaviour_return = float(complete_mean)
-    behaviour_score = normalized_score(env_id, behaviour_return, ds.metadata)
-    behaviour_score = None if behaviour_score is None else float(behaviour_score)
+        behavior_return = float(complete_mean)
+    behavior_score = normalized_score(env_id, behavior_return, ds.metadata)
+    behavior_score = None if behavior_score is None else float(behavior_score)
 
     console.rule(f"[bold]2/3 training {', '.join(a.upper() for a in algos)} ({seeds} seeds each, vmapped)")
     runs, rows, timings = [], {}, {}
@@ -144,23 +144,23 @@ def run_quickstart(dataset: str = DEFAULT_DATASET, out="offrl-quickstart", algos
                     out=run_dir, config_overrides=overrides, log_every=max(1, n // evaluations), progress=progress)
         timings[algo] = time.perf_counter() - t0
         runs.append(run)
-        rows[algo] = {**_summary_row(run), "seconds": timings[algo], "config_overrides": overrides}
+        rows[algo] = {**summary_row(run), "seconds": timings[algo], "config_overrides": overrides}
 
     console.rule("[bold]3/3 results")
-    plot_runs(runs, out, baselines={"behaviour (dataset mean)": behaviour_score})
-    verdict = _verdict(rows, behaviour_score)
+    plot_runs(runs, out, baselines={"behaviour (dataset mean)": behavior_score})
+    text = verdict(rows, behavior_score)
     result = {"dataset": dataset, "env_id": env_id, "transitions": len(ds), "episodes": ds.num_episodes,
-              "behaviour": {"dataset_return_mean": behaviour_return, "score": behaviour_score,
+              "behavior": {"dataset_return_mean": behavior_return, "score": behavior_score,
                             "policy_return": ds.metadata.get("policy_return"),
                             "policy_score": _maybe_float(normalized_score(env_id, ds.metadata["policy_return"], ds.metadata)) if "policy_return" in ds.metadata else None},
                    "references": {"random": ds.metadata.get("ref_min_score"), "expert": ds.metadata.get("ref_max_score")},
-                   "algorithms": rows, "verdict": verdict, "seconds": time.perf_counter() - started,
+                   "algorithms": rows, "verdict": text, "seconds": time.perf_counter() - started,
                    "doctor": {k: str(Path(v).relative_to(out)) for k, v in doctor_files.items()},
                    "tier_estimate": report.get("tier")}
     (out / "results.json").write_text(json.dumps(result, indent=2, default=str))
     (out / "summary.md").write_text(summary_markdown(result))
     console.print(results_table(result))
-    console.print(f"[bold]{verdict}")
+    console.print(f"[bold]{text}")
     console.print(f"report: {out}/summary.md, learning_curves.png, q_vs_return.png, doctor/ ({result['seconds']:.0f} s in total)")
     return result
 
@@ -175,7 +175,7 @@ def results_table(result: dict):
     table = Table(title=f"offrl quickstart: {result['dataset']} ({result['env_id']}, {result['transitions']} transitions)")
     for col in ("policy", "updates", "seeds", "return", "normalized score", "vs behaviour", "time"):
         table.add_column(col, justify="right" if col != "policy" else "left")
-    b = result["behaviour"]
+    b = result["behavior"]
     fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
     table.add_row("behaviour (dataset episodes)", "-", "-", fmt(b["dataset_return_mean"]), fmt(b["score"]), "0.0", "-")
     for algo, r in result["algorithms"].items():
@@ -187,7 +187,7 @@ def results_table(result: dict):
 
 
 def summary_markdown(result: dict) -> str:
-    b = result["behaviour"]
+    b = result["behavior"]
     lines = [f"# offrl quickstart: {result['dataset']}", "",
              f"Environment `{result['env_id']}`, {result['transitions']} transitions in {result['episodes']} episodes.",
              f"Normalized score = 100 * (R - R_random) / (R_expert - R_random) with R_random = {result['references']['random']}, "

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from offrl.quickstart import DEFAULT_DATASET, _verdict, run_quickstart
+from offrl.quickstart import DEFAULT_DATASET, verdict, run_quickstart
 
 
 def test_bundled_default_dataset_exists_and_is_suboptimal():
@@ -20,9 +20,9 @@ def test_bundled_default_dataset_exists_and_is_suboptimal():
 
 def test_verdict_says_when_offline_rl_did_not_win():
     bc = {"score_mean": 50.0, "score_std": 1.0}
-    assert _verdict({"bc": bc, "iql": {"score_mean": 70.0, "score_std": 3.0}}, 40.0).startswith("Offline RL beat BC: IQL scored 70.0 vs BC 50.0 (+20.0")
-    assert "did NOT clearly beat" in _verdict({"bc": bc, "iql": {"score_mean": 52.0, "score_std": 5.0}}, None)
-    assert "did NOT beat" in _verdict({"bc": bc, "cql": {"score_mean": 30.0, "score_std": 1.0}}, None)
+    assert verdict({"bc": bc, "iql": {"score_mean": 70.0, "score_std": 3.0}}, 40.0).startswith("Offline RL beat BC: IQL scored 70.0 vs BC 50.0 (+20.0")
+    assert "did NOT clearly beat" in verdict({"bc": bc, "iql": {"score_mean": 52.0, "score_std": 5.0}}, None)
+    assert "did NOT beat" in verdict({"bc": bc, "cql": {"score_mean": 30.0, "score_std": 1.0}}, None)
 
 
 def test_tiny_quickstart_writes_report(tmp_path, capsys):
@@ -41,7 +41,7 @@ def test_tiny_quickstart_writes_report(tmp_path, capsys):
     assert saved["algorithms"]["iql"]["q_estimate"] is not None and saved["algorithms"]["bc"]["q_estimate"] is None
     summary = (out / "summary.md").read_text()
     assert "| BC | 40 | 1 |" in summary and result["verdict"] in summary
-    assert saved["behaviour"]["score"] is not None
+    assert saved["behavior"]["score"] is not None
 
 
 def test_quickstart_cli_rejects_unknown_algorithm(tmp_path, capsys):
@@ -54,21 +54,21 @@ def test_quickstart_cli_rejects_unknown_algorithm(tmp_path, capsys):
 
 def test_summary_row_is_run_summary_plus_the_critic_monitor():
     from offrl.engine import Run
-    from offrl.quickstart import _summary_row
+    from offrl.quickstart import summary_row
 
     rows = [{"step": 10, "seed": s, "eval/return": -500.0, "eval/normalized_score": 40.0 + s,
              "eval/q_estimate": -20.0, "eval/discounted_return": -30.0} for s in (0, 1)]
     rows += [{"step": 20, "seed": s, "eval/return": -200.0 - 100 * s, "eval/normalized_score": 80.0 - 10 * s,
               "eval/q_estimate": -10.0 - 2 * s, "eval/discounted_return": -12.0} for s in (0, 1)]
     run = Run(None, "iql", None, {"seeds": 2}, None, None, rows)
-    row = _summary_row(run)
+    row = summary_row(run)
     assert {k: row[k] for k in run.summary()} == run.summary()
     assert row["score_mean"] == 75.0 and row["score_std"] == 5.0 and row["return_mean"] == -250.0
     assert row["steps"] == 20 and row["score_per_seed"] == [80.0, 70.0]
     assert row["q_estimate"] == -11.0 and row["discounted_return"] == -12.0
 
 
-def test_plot_runs_draws_the_behaviour_line(tmp_path, monkeypatch):
+def test_plot_runs_draws_the_behavior_line(tmp_path, monkeypatch):
     import matplotlib.axes
 
     from offrl.engine import Run

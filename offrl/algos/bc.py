@@ -15,10 +15,10 @@ torques, saturated ``tanh`` policies) their spread is small, ``sigma(s)`` shrink
 floor and those states take nearly all of the weight; the mean is left under-fit everywhere
 else, with the training MSE of the mean barely worse (the pitfall of heteroscedastic likelihood
 training described by Seitzer et al. 2022, "On the Pitfalls of Heteroscedastic Uncertainty
-Estimation with Probabilistic Neural Networks"). On the Pendulum controller of
-``tests/algos/test_bc.py`` (31% of actions on the bound) the state-dependent std puts 99% of
-the ``1 / sigma^2`` weight on the 22% of states where the controller saturates, and the clone
-cannot swing the pendulum up. With one shared ``sigma`` the mean's gradient is the MSE
+Estimation with Probabilistic Neural Networks"). On data where a controller saturates, the
+state-dependent std puts nearly all of the ``1 / sigma^2`` weight on the saturated states and the
+clone cannot swing the pendulum up (``tests/algos/test_bc.py``; numbers in benchmarks/README.md).
+With one shared ``sigma`` the mean's gradient is the MSE
 gradient up to a per-dimension scale. ``state_dependent_std=True`` keeps the heteroscedastic
 variant for study.
 

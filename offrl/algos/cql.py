@@ -18,21 +18,15 @@ Actor (SAC with automatic entropy): ``L_pi = mean (alpha log pi(a|s) - min_k Q_k
 
 The warm-up likelihood needs ``u = atanh(a_data)``, infinite for saturated actions ``|a| = 1``;
 data actions are first clipped to ``[-1 + bc_action_eps, 1 - bc_action_eps]``. With a tiny eps
-(1e-6: ``u = 7.25``) saturated actions dominate the Gaussian fit in ``u``-space: on the tests'
-Pendulum data (15% of actions at the torque limit) the warm-up policy scored 7.5 after 4,000
-steps against plain BC's 101; with 1e-2 (``u = 2.65``) it scored 86.
+(1e-6: ``u = 7.25``) saturated actions dominate the Gaussian fit in ``u``-space, so the default
+clips at 1e-2 (``u = 2.65``); the measurements are in benchmarks/README.md.
 
-Choosing the penalty weight (measured on the bundled ``pendulum-medium-expert-v0``, one seed,
-64x64 critics, 5k warm-up updates, Q(s0, pi(s0)) against the realised discounted return):
-``cql_alpha`` 0 (offline SAC) diverges (Q +723 vs -672, score -51); the paper's Gym value 5
-keeps Q bounded but above the realised return (-97 vs -367) and the policy collapses after the
-warm-up (score about 25); 50 reaches 98.8 with Q (-197) below the realised -111. The penalty's
-gradient does not scale with the rewards while the TD error's does, so scaling the rewards
-down (``reward_scaling``) strengthens the penalty too. On the tests' noisy-controller Pendulum
-data the same collapse happens with alpha 5; rolling that policy out showed why: the critic
-ranks actions like the controller at data states and the policy follows it, swings the pendulum
-up, then keeps accelerating into full rotations, states the data never visits, where the
-critic's estimate is unchecked. The Lagrangian variant
+Choosing the penalty weight: with ``cql_alpha`` 0 (offline SAC) Q diverges; too small a weight
+keeps Q bounded but above the realised return, and the policy collapses after the warm-up into
+states the data never visits, where the critic's estimate is unchecked; a larger one keeps Q
+below it (benchmarks/README.md). The penalty's gradient does not scale with the rewards while
+the TD error's does, so scaling the rewards down (``reward_scaling``) strengthens the penalty
+too. The Lagrangian variant
 (``lagrange=True``) tunes alpha towards a target gap instead.
 
 Offline->online options: ``calibrated`` is Cal-QL (:mod:`offrl.algos.cal_ql`: the policy-action

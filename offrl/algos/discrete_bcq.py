@@ -43,7 +43,7 @@ class Config:
 
 class Agent(flax.struct.PyTreeNode):
     critic: TrainState
-    behaviour: TrainState
+    behavior: TrainState
     target_critic_params: dict
     rng: jax.Array
     step: jax.Array
@@ -51,18 +51,18 @@ class Agent(flax.struct.PyTreeNode):
 
 
 def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
-    critic_key, behaviour_key, rng = jax.random.split(key, 3)
+    critic_key, behavior_key, rng = jax.random.split(key, 3)
     obs = jnp.zeros((1, obs_dim))
     critic_net = DiscreteCritic(action_dim, config.hidden_dims, num_qs=1)
-    behaviour_net = DiscreteHead(action_dim, config.hidden_dims)
+    behavior_net = DiscreteHead(action_dim, config.hidden_dims)
     critic_params = critic_net.init(critic_key, obs)
     return Agent(make_train_state(critic_net, critic_params, config.learning_rate),
-                 make_train_state(behaviour_net, behaviour_net.init(behaviour_key, obs), config.learning_rate),
+                 make_train_state(behavior_net, behavior_net.init(behavior_key, obs), config.learning_rate),
                  critic_params, rng, jnp.zeros((), jnp.int32), config)
 
 
 def _allowed(agent: Agent, observations: jax.Array) -> jax.Array:
-    return bcq_allowed(agent.behaviour.apply_fn(agent.behaviour.params, observations), agent.config.threshold)
+    return bcq_allowed(agent.behavior.apply_fn(agent.behavior.params, observations), agent.config.threshold)
 
 
 def critic_loss(params, agent: Agent, batch: Batch, target: jax.Array):
@@ -70,8 +70,8 @@ def critic_loss(params, agent: Agent, batch: Batch, target: jax.Array):
     return q_td_loss(q, target), {"q": q.mean()}
 
 
-def behaviour_loss(params, agent: Agent, batch: Batch):
-    return categorical_cross_entropy(agent.behaviour.apply_fn(params, batch.observations), batch.actions), {}
+def behavior_loss(params, agent: Agent, batch: Batch):
+    return categorical_cross_entropy(agent.behavior.apply_fn(params, batch.observations), batch.actions), {}
 
 
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
@@ -81,10 +81,10 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     next_target = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations)[0]
     target = batch.rewards + cfg.discount * batch.masks * take(next_target, masked_argmax(next_online, allowed))
     critic, c_loss, aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
-    behaviour, b_loss, _ = apply_gradients_with_loss(agent.behaviour, behaviour_loss, agent, batch)
-    agent = agent.replace(critic=critic, behaviour=behaviour, step=agent.step + 1,
+    behavior, b_loss, _ = apply_gradients_with_loss(agent.behavior, behavior_loss, agent, batch)
+    agent = agent.replace(critic=critic, behavior=behavior, step=agent.step + 1,
                           target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, cfg.tau))
-    return agent, {"critic_loss": c_loss, "behaviour_loss": b_loss, "q": aux["q"],
+    return agent, {"critic_loss": c_loss, "behavior_loss": b_loss, "q": aux["q"],
                    "allowed_fraction": allowed.mean()}
 
 

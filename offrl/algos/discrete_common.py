@@ -96,9 +96,9 @@ def discrete_cql_penalty(q_all: jax.Array, actions: jax.Array) -> jax.Array:
     return gap.mean(-1).sum()
 
 
-def bcq_allowed(behaviour_logits: jax.Array, threshold: float) -> jax.Array:
+def bcq_allowed(behavior_logits: jax.Array, threshold: float) -> jax.Array:
     """``G(a|s) / max_a' G(a'|s) > threshold`` as a boolean ``(B, A)`` mask (the argmax always passes)."""
-    log_probs = jax.nn.log_softmax(behaviour_logits, axis=-1)
+    log_probs = jax.nn.log_softmax(behavior_logits, axis=-1)
     return log_probs - log_probs.max(-1, keepdims=True) >= jnp.log(threshold)
 
 

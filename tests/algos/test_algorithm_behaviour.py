@@ -52,7 +52,7 @@ def _leaves(tree):
 
 
 @pytest.mark.parametrize("name", sorted(algorithm_names(action_space="continuous")))
-def test_algorithm_behaviour(name, tiny_data, tmp_path):
+def test_algorithm_behavior(name, tiny_data, tmp_path):
     module = get_algorithm(name)
     config = tiny_config(module)
     data, info = engine.prepare_data(tiny_data, config, None, module)

@@ -52,7 +52,7 @@ def test_the_family_is_registered():
 
 
 @pytest.mark.parametrize("name", DISCRETE)
-def test_discrete_algorithm_behaviour(name, tiny_data, tmp_path):
+def test_discrete_algorithm_behavior(name, tiny_data, tmp_path):
     module = get_algorithm(name)
     config = tiny_config(module)
     data, info = engine.prepare_data(tiny_data, config, None, module)
@@ -80,7 +80,7 @@ def test_discrete_algorithm_behaviour(name, tiny_data, tmp_path):
     loss_key = "actor_loss" if "critic_loss" not in m1 else "critic_loss"
     early, late = float(np.mean(np.asarray(m1[loss_key])[0, :10])), float(np.mean(np.asarray(m2[loss_key])[0, -10:]))
     assert late < early, f"{name}: {loss_key} did not fall ({early:.4f} -> {late:.4f})"
-    for field in ("actor", "critic", "behaviour", "value"):
+    for field in ("actor", "critic", "behavior", "value"):
         if hasattr(agents, field):
             before, after = _leaves(getattr(agents, field).params), _leaves(getattr(second, field).params)
             assert all(not np.array_equal(a, b) for a, b in zip(before, after)), f"{name}: {field} did not change"

@@ -79,7 +79,7 @@ def _train_tiny(env_id, out):
     return json.loads((out / "zoo.json").read_text())
 
 
-def test_lunar_lander_behaviour_zoo(tmp_path):
+def test_lunar_lander_behavior_zoo(tmp_path):
     pytest.importorskip("Box2D", reason="LunarLander-v3 needs pip install 'offrl[box2d]'")
     pytest.importorskip("pygame", reason="gymnasium's box2d envs import pygame: pip install 'offrl[box2d]'")
     index = _train_tiny("LunarLander-v3", tmp_path)
@@ -87,7 +87,7 @@ def test_lunar_lander_behaviour_zoo(tmp_path):
     assert [s["step"] for s in index["snapshots"]] == [0, 150, 300]
 
 
-def test_minatar_behaviour_zoo_with_flattened_grids(tmp_path):
+def test_minatar_behavior_zoo_with_flattened_grids(tmp_path):
     pytest.importorskip("minatar", reason="MinAtar games need pip install 'offrl[minatar]'")
     from offrl.collect.zoo import read_replay
 

@@ -9,7 +9,7 @@ import pytest
 
 import offrl.data as offrl_data
 from offrl.data import Dataset
-from offrl.data.doctor import (action_autocorrelation, action_coverage, action_predictability, behaviour_shift, bimodality,
+from offrl.data.doctor import (action_autocorrelation, action_coverage, action_predictability, behavior_shift, bimodality,
                                duplicate_transitions, inspect_dataset, recommend, render, return_order_fit,
                                kind_of_data, spearman, sparkline, state_coverage, write_report)
 from offrl.data.doctor.tier import KINDS_OF_TIER
@@ -299,15 +299,15 @@ def two_policy_file(same: bool, episodes: int = 40, steps: int = 50, seed: int =
     return Dataset.from_arrays(obs, act, np.ones(n), np.zeros(n, bool), tout, obs)
 
 
-def test_behaviour_shift_separates_one_policy_from_two_written_one_after_another():
-    one, two = behaviour_shift(two_policy_file(same=True)), behaviour_shift(two_policy_file(same=False))
+def test_behavior_shift_separates_one_policy_from_two_written_one_after_another():
+    one, two = behavior_shift(two_policy_file(same=True)), behavior_shift(two_policy_file(same=False))
     assert abs(one["shift"]) < 0.03 and one["within"] > 0.6          # exchangeable halves
     assert two["shift"] > 0.5 and two["cross"] < 0.3 < two["within"]  # the halves disagree
     assert np.isclose(two["shift"], two["within"] - two["cross"])
-    assert np.isnan(behaviour_shift(two_policy_file(same=False, episodes=3))["shift"])   # too few episodes
+    assert np.isnan(behavior_shift(two_policy_file(same=False, episodes=3))["shift"])   # too few episodes
 
 
-def test_a_behaviour_shift_alone_makes_a_mixture_and_one_policy_without_it():
+def test_a_behavior_shift_alone_makes_a_mixture_and_one_policy_without_it():
     flat = {"linear": 0.0, "step": 0.01, "step_p": 0.5}
     steady = {"r2": 0.6, "trend": 0.0, "within": 0.6, "cross": 0.59, "shift": 0.01}
     kind = kind_of_data(steady, 0.0, flat, {"bimodal": False}, 0.6)

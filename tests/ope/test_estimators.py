@@ -65,7 +65,7 @@ def test_wis_linearised_values_average_to_the_estimate():
     assert est.linearised_values(parts).mean() == pytest.approx(est.ratio_of_sums(parts)[0])
 
 
-def test_zero_behaviour_probability_is_refused():
+def test_zero_behavior_probability_is_refused():
     with pytest.raises(OffrlError, match="row 1"):
         est.make_episodes([1.0, 1.0], [0.0, 0.0], [0.0, -np.inf], [0], [2], discount=1.0)
 

@@ -94,7 +94,7 @@ def test_ope_command_writes_table_json_csv_and_plot(tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err
 
 
-def test_select_with_estimated_behaviour_says_so(tmp_path, capsys):
+def test_select_with_estimated_behavior_says_so(tmp_path, capsys):
     data, exports = _continuous_setup(tmp_path, with_log_probs=False)
     rc = main(["select", *exports, "--dataset", data, "--by", "wis", *FAST])
     assert rc == 0

@@ -106,7 +106,7 @@ def test_tabular_policy_log_prob():
 
 
 # ---------------------------------------------------------------------- behaviour
-def test_logged_behaviour_is_used_and_missing_log_probs_are_refused():
+def test_logged_behavior_is_used_and_missing_log_probs_are_refused():
     mdp = tab.random_mdp(np.random.default_rng(0), 4, 2)
     ds = tab.sample_dataset(mdp, tab.uniform_policy(4, 2), 20, 5, np.random.default_rng(1))
     logp, estimated = behavior_log_probs(ds, "auto")
@@ -118,7 +118,7 @@ def test_logged_behaviour_is_used_and_missing_log_probs_are_refused():
     assert estimated
 
 
-def test_empirical_discrete_behaviour_recovers_the_logging_policy():
+def test_empirical_discrete_behavior_recovers_the_logging_policy():
     mdp = tab.random_mdp(np.random.default_rng(0), 4, 3)
     pi = tab.random_policy(np.random.default_rng(1), 4, 3)
     ds = tab.sample_dataset(mdp, pi, 5000, 10, np.random.default_rng(2))
@@ -126,7 +126,7 @@ def test_empirical_discrete_behaviour_recovers_the_logging_policy():
     np.testing.assert_allclose(np.exp(logp), np.exp(ds.infos["action_log_probs"]), atol=0.02)
 
 
-def test_gaussian_behaviour_cloning_recovers_log_probs():
+def test_gaussian_behavior_cloning_recovers_log_probs():
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(4000, 2)).astype(np.float32)
     mean = np.stack([0.5 * obs[:, 0], 0.3 * obs[:, 1] - 0.2], axis=1)

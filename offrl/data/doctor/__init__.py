@@ -26,14 +26,14 @@ import numpy as np
 
 from offrl.data.dataset import Dataset
 from offrl.data.doctor.render import render, sparkline, summary_markdown, tier_headline, write_report
-from offrl.data.doctor.stats import (_histogram, _stats, action_autocorrelation, action_coverage, action_histogram,
-                                     action_predictability, behaviour_shift,
+from offrl.data.doctor.stats import (value_histogram, summary_stats, action_autocorrelation, action_coverage, action_histogram,
+                                     action_predictability, behavior_shift,
                                      bimodality, duplicate_transitions, return_order_fit, return_trend, spearman,
                                      state_coverage)
 from offrl.data.doctor.tier import KINDS, TIERS, estimate_tier, kind_of_data, level_of_data, recommend
 
 __all__ = ["inspect_dataset", "render", "write_report", "summary_markdown", "tier_headline", "sparkline",
-           "action_autocorrelation", "action_coverage", "action_histogram", "action_predictability", "behaviour_shift", "bimodality", "duplicate_transitions",
+           "action_autocorrelation", "action_coverage", "action_histogram", "action_predictability", "behavior_shift", "bimodality", "duplicate_transitions",
            "return_order_fit", "return_trend", "spearman", "state_coverage", "estimate_tier", "kind_of_data",
            "level_of_data", "recommend", "KINDS", "TIERS"]
 
@@ -71,7 +71,7 @@ def inspect_dataset(ds: Dataset, env_id: str | None = None, seed: int = 0) -> di
     coverage = action_coverage(ds)
     states = state_coverage(ds, seed=seed)
     autocorr = action_autocorrelation(ds)
-    predictability = {**action_predictability(ds, seed=seed), **behaviour_shift(ds, seed=seed)}
+    predictability = {**action_predictability(ds, seed=seed), **behavior_shift(ds, seed=seed)}
     trend = return_trend(returns)
     order_fit = return_order_fit(returns)
     modes = bimodality(scores if scores is not None else returns)
@@ -91,10 +91,10 @@ def inspect_dataset(ds: Dataset, env_id: str | None = None, seed: int = 0) -> di
         "obs_dim": ds.obs_dim,
         "action_dim": ds.action_dim,
         "infos": sorted(ds.infos),
-        "episode_length": _stats(lengths),
-        "returns": {**_stats(returns), "histogram": _histogram(returns)},
+        "episode_length": summary_stats(lengths),
+        "returns": {**summary_stats(returns), "histogram": value_histogram(returns)},
         "reference_returns": references,
-        "normalized_score": ({**_stats(scores), "histogram": _histogram(scores)} if scores is not None else None),
+        "normalized_score": ({**summary_stats(scores), "histogram": value_histogram(scores)} if scores is not None else None),
         "rewards": {"mean": float(rewards.mean()), "std": float(rewards.std()), "min": float(rewards.min()),
                     "max": float(rewards.max()), "abs_max": float(np.abs(rewards).max())},
         "terminals": int(ds.terminals.sum()),

@@ -6,7 +6,7 @@ Nothing here decides anything; :mod:`offrl.data.doctor.tier` reads these numbers
   actions on the (standardised) observations, fitted on half of the episodes and scored on the
   other half, overall and per episode. Uniformly random actions give ``R^2 ~ 0``; a policy,
   even a noisy one, gives clearly more.
-* :func:`behaviour_shift`: the same ``R^2`` within each half of the file against across its
+* :func:`behavior_shift`: the same ``R^2`` within each half of the file against across its
   halves; a drop means the behaviour policy changes along the file, even where returns do not.
 * :func:`return_order_fit`: how much of the variance of the episode-return *ranks* along the
   file a straight line explains (``linear``) and the best single step (``step``, two blocks).
@@ -30,7 +30,7 @@ PCA_GRID = 32
 MAX_PCA_POINTS = 20_000
 
 
-def _stats(x) -> dict:
+def summary_stats(x) -> dict:
     x = np.asarray(x, dtype=np.float64)
     if x.size == 0:
         return {}
@@ -40,7 +40,7 @@ def _stats(x) -> dict:
             "std": float(x.std())}
 
 
-def _histogram(x, bins=20) -> dict:
+def value_histogram(x, bins=20) -> dict:
     x = np.asarray(x, dtype=np.float64)
     lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 1.0)
     if hi <= lo:
@@ -293,7 +293,7 @@ def action_predictability(ds: Dataset, k: int = 10, max_train: int = 4000, per_e
             "episode_r2": per.tolist(), "trend": spearman(used, per) if len(used) >= 10 else float("nan")}
 
 
-def behaviour_shift(ds: Dataset, k: int = 10, max_train: int = 4000, max_test: int = 3000, seed: int = 0) -> dict:
+def behavior_shift(ds: Dataset, k: int = 10, max_train: int = 4000, max_test: int = 3000, seed: int = 0) -> dict:
     """Does the behaviour policy change between the file's two halves (split at the middle episode)?
 
     Held-out k-NN ``R^2`` of actions from observations (standardised as in
