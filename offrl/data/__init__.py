@@ -20,29 +20,12 @@ Example::
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 
 from offrl.data.checks import DatasetWarning
 from offrl.data.dataset import Dataset, validate_arrays
 from offrl.data.registry import list_datasets, register, resolve
+from offrl.data.writers import FORMATS, format_of, save
 from offrl.errors import DatasetError
-
-FORMATS = ("hdf5", "npz", "minari")
-
-
-def format_of(path) -> str:
-    """``"hdf5"`` for ``.hdf5``/``.h5``, ``"npz"`` for ``.npz``, ``"minari"`` for a folder (or no suffix)."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix in (".hdf5", ".h5"):
-        return "hdf5"
-    if suffix == ".npz":
-        return "npz"
-    if path.is_dir() or suffix == "" or re.search(r"-v\d+$", path.name):
-        return "minari"
-    raise DatasetError(f"{path}: unknown dataset format '{suffix}'; use .hdf5/.h5 (D4RL), .npz, or a folder (Minari), or pass format=.")
-
 
 def load(name_or_path, format: str | None = None, check_bounds: bool = True) -> Dataset:
     """Load a dataset by registered name or path (D4RL ``.hdf5``, ``.npz`` or a Minari folder).
@@ -66,32 +49,6 @@ def load(name_or_path, format: str | None = None, check_bounds: bool = True) -> 
         from offrl.data.minari import load_minari
 
         return load_minari(path, check_bounds=check_bounds)
-    raise DatasetError(f"unknown format '{fmt}'; choose one of {', '.join(FORMATS)}.")
-
-
-def save(dataset: Dataset, path, format: str | None = None, overwrite: bool = False, **kwargs) -> Path:
-    """Write ``dataset`` to ``path``; the format comes from the suffix unless ``format`` is given.
-
-    Never overwrites an existing file unless ``overwrite=True``, and never the file the
-    dataset was loaded from. Files are written to a temporary name and moved into place.
-    Extra keyword arguments go to the writer (``dataset_id=`` for Minari, ``compress=`` for NPZ and HDF5).
-    """
-    if not isinstance(dataset, Dataset):
-        raise DatasetError(f"save() needs an offrl.data.Dataset, got {type(dataset).__name__}; build one with Dataset.from_arrays(...).")
-    path = Path(path).expanduser()
-    fmt = format or format_of(path)
-    if fmt == "hdf5":
-        from offrl.data.d4rl import save_d4rl
-
-        return save_d4rl(dataset, path, overwrite=overwrite, **kwargs)
-    if fmt == "npz":
-        from offrl.data.npz import save_npz
-
-        return save_npz(dataset, path, overwrite=overwrite, **kwargs)
-    if fmt == "minari":
-        from offrl.data.minari import save_minari
-
-        return save_minari(dataset, path, overwrite=overwrite, **kwargs)
     raise DatasetError(f"unknown format '{fmt}'; choose one of {', '.join(FORMATS)}.")
 
 

@@ -88,7 +88,7 @@ def list_datasets() -> dict[str, str]:
 
 def register(dataset, name: str, overwrite: bool = False, format: str = "hdf5") -> Path:
     """Save ``dataset`` into the cache as ``<name>.hdf5`` (or ``.npz`` / a Minari folder) so ``load(name)`` finds it."""
-    from offrl.data import save
+    from offrl.data.writers import save
 
     if not _NAME_RE.fullmatch(name):
         raise DatasetError(f"dataset name '{name}' must be letters, digits, '-', '_' or '.', e.g. 'pendulum-medium-v0'.")
