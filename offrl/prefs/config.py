@@ -29,7 +29,9 @@ from offrl import config as _vocabulary
 from offrl.config import (NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, UNIT, Interval, OneOf, OrNone,
                           field_docs, param)
 
-PREFERENCE_LOSSES = ("dpo", "ipo", "cdpo", "rdpo", "kto")
+PREFERENCE_LOSSES = ("dpo", "ipo", "cdpo", "rdpo", "kto", "simpo", "cpo", "orpo")
+#: the losses without a reference model (offrl.prefs.losses.REFERENCE_FREE_LOSSES).
+REFERENCE_FREE = ("simpo", "cpo", "orpo")
 
 #: the one checker, wording its sentences for these configs' ``--flag`` form.
 check_config = functools.partial(_vocabulary.check_config, flags=True)
@@ -129,13 +131,18 @@ class RewardModelConfig(TrainConfig):
 class PreferenceConfig(TrainConfig):
     """Offline preference optimisation against a fixed reference (the behaviour policy).
 
-    loss: dpo, ipo, cdpo (conservative, label smoothing), rdpo (robust) or kto.
-    beta: the KL price (DPO/KTO beta; IPO tau); smaller beta lets the policy drift further.
-    label_smoothing: assumed label-flip rate for cdpo / rdpo.
-    length_normalize: per-token mean log-probs (default: on for IPO only, as its authors advise).
+    loss: dpo, ipo, cdpo (conservative, label smoothing), rdpo (robust), kto, or the reference-free
+      simpo, cpo and orpo.
+    beta: the KL price (DPO/KTO beta; IPO tau); smaller beta lets the policy drift further
+      (SimPO/CPO: the reward scale; ORPO: the odds-ratio weight lambda).
+    label_smoothing: assumed label-flip rate for cdpo / rdpo (and the conservative simpo / cpo).
+    length_normalize: per-token mean log-probs (default: on for IPO, SimPO and ORPO, as their authors advise).
+    simpo_gamma: SimPO's target reward margin gamma.
+    cpo_alpha: weight of CPO's negative log-likelihood on the chosen completions.
     desirable_weight: KTO's lambda_D.
     undesirable_weight: KTO's lambda_U.
-    reference: folder of the reference model (default: the starting model).
+    reference: folder of the reference model (default: the starting model; with --lora, the
+      starting model is the policy with its adapter disabled, no second copy).
     kl_prompts: prompts sampled for the KL(pi || pi_ref) monitor at each log step (0 = off,
       which also frees the reference model after its log-probs are cached).
     kl_max_new_tokens: sampled completion length for the KL monitor.
@@ -145,11 +152,22 @@ class PreferenceConfig(TrainConfig):
     beta: float = param(0.1, POSITIVE)
     label_smoothing: float = param(0.0, Interval(0.0, 0.5, "[)"))
     length_normalize: bool | None = None
+    simpo_gamma: float = param(0.5, NON_NEGATIVE)
+    cpo_alpha: float = param(1.0, NON_NEGATIVE)
     desirable_weight: float = param(1.0, NON_NEGATIVE)
     undesirable_weight: float = param(1.0, NON_NEGATIVE)
     reference: str | None = None
     kl_prompts: int = param(32, NON_NEGATIVE_INT)
     kl_max_new_tokens: int = param(32, POSITIVE_INT)
+
+
+@dataclass(frozen=True)
+class SimPOConfig(PreferenceConfig):
+    """SimPO (Meng et al. 2024): PreferenceConfig with its loss and the paper's reward scale (beta 2.0;
+    gamma 0.5 as TRL's CPOConfig)."""
+
+    loss: str = param("simpo", OneOf(PREFERENCE_LOSSES))
+    beta: float = param(2.0, POSITIVE)
 
 
 # --------------------------------------------------------------------------- flags

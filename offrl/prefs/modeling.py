@@ -140,6 +140,11 @@ def token_logps(model, input_ids: Tensor, attention_mask: Tensor, completion_mas
 def sequence_logps(model, batch: dict[str, Tensor], average: bool = False) -> Tensor:
     """``log pi(y|x)`` per row (sum over completion tokens; ``average=True`` divides by the count)."""
     logps, mask = token_logps(model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
+    return sequence_from_tokens(logps, mask, average)
+
+
+def sequence_from_tokens(logps: Tensor, mask: Tensor, average: bool = False) -> Tensor:
+    """``sum_t logps`` per row, or the mean over the row's completion tokens when ``average``."""
     total = logps.sum(-1)
     return total / mask.sum(-1).clamp(min=1) if average else total
 
