@@ -187,7 +187,9 @@ def config_from_args(cls, args: argparse.Namespace, **fixed):
 # --------------------------------------------------------------------------- online RLHF
 
 KL_ESTIMATORS = ("k1", "k3")
-GROUP_ESTIMATORS = ("grpo", "rloo")
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce++")
+#: how GRPO averages its per-token loss (offrl.prefs.rl_losses.aggregate_token_loss).
+GRPO_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "gspo")
 
 
 @dataclass(frozen=True)
@@ -277,10 +279,19 @@ class GRPOConfig(PolicyGradientConfig):
     """Group-relative policy gradients without a value model: GRPO (Shao et al. 2024) and RLOO
     (Ahmadian et al. 2024) on the same rollout and KL code.
 
-    estimator: grpo (group-normalised advantages, KL in the loss) or rloo (leave-one-out baseline,
-      KL in the sequence reward).
+    estimator: grpo (group-normalised advantages, KL in the loss), rloo (leave-one-out baseline,
+      KL in the sequence reward) or reinforce++ (KL-shaped token rewards, returns-to-go whitened
+      over the batch; KL in the reward).
     group_size: samples per prompt (G).
     scale_rewards: divide GRPO's centred rewards by the group's std.
+    loss_type: how the per-token loss is averaged: bnpo (token mean over the minibatch, this trainer's
+      original form), grpo (mean of per-sequence means), dapo (token sum over the rollout's tokens per
+      minibatch), dr_grpo (token sum over B x max_new_tokens) or gspo (sequence-level ratios, grpo's mean).
+    clip_range_high: DAPO's clip-higher upper epsilon (the paper uses 0.28 with clip_range 0.2;
+      unset: clip_range, the symmetric clip).
+    dynamic_sampling: drop groups whose rewards are all equal (DAPO; no gradient, only dilution).
+    overlong_buffer: DAPO's soft overlong punishment over the last N tokens before max_new_tokens
+      (0: off).
     """
 
     kl_coef: float = param(0.04, NON_NEGATIVE)
@@ -289,6 +300,18 @@ class GRPOConfig(PolicyGradientConfig):
     estimator: str = param("grpo", OneOf(GROUP_ESTIMATORS))
     group_size: int = param(4, Interval(2, math.inf, "[)", integer=True))
     scale_rewards: bool = True
+    loss_type: str = param("bnpo", OneOf(GRPO_LOSS_TYPES))
+    clip_range_high: float | None = param(None, OrNone(POSITIVE))
+    dynamic_sampling: bool = False
+    overlong_buffer: int = param(0, NON_NEGATIVE_INT)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.overlong_buffer > self.max_new_tokens:
+            from offrl.errors import ConfigError
+
+            raise ConfigError(f"--overlong-buffer {self.overlong_buffer} is longer than --max-new-tokens "
+                              f"{self.max_new_tokens}; pass at most {self.max_new_tokens} (0: off).")
 
 
 @dataclass(frozen=True)
