@@ -139,7 +139,7 @@ TRAINERS = {
     "ppo": ("PPOConfig", ()),
     "grpo": ("GRPOConfig", ()),
     "sft": ("SFTConfig", ()),
-    "rm": ("RewardModelConfig", ()),
+    "rm": ("RewardModelConfig", ("lora", "merge_lora")),
     "dpo": ("PreferenceConfig", ("loss", "desirable_weight", "undesirable_weight", "simpo_gamma", "cpo_alpha")),
     "ipo": ("PreferenceConfig", ("loss", "label_smoothing", "desirable_weight", "undesirable_weight", "simpo_gamma",
                                  "cpo_alpha")),

@@ -59,6 +59,46 @@ _field = bounded  # the name offrl.prefs.task imports
 
 
 @dataclass(frozen=True)
+class LoraSpec:
+    """A LoRA adapter (Hu et al. 2021): ``W x + (alpha / r) B A x`` with ``A`` (r x d_in), ``B`` (d_out x r), ``B = 0`` at
+    the start; ``targets`` names the linear modules that get one (None: every linear layer but the LM head)."""
+
+    r: int
+    alpha: float
+    dropout: float
+    targets: tuple[str, ...] | None = None
+
+
+def parse_lora(text: str | None) -> LoraSpec | None:
+    """``"R,ALPHA,DROPOUT[,TARGET+TARGET...]"`` (e.g. ``"8,16,0.05"`` or ``"8,16,0,q_proj+v_proj"``) -> :class:`LoraSpec`;
+    None or empty -> None. A bad value is one sentence naming ``--lora``."""
+    if text is None or not str(text).strip():
+        return None
+    parts = [p.strip() for p in str(text).split(",")]
+    example = "e.g. --lora 8,16,0.05 or --lora 8,16,0,q_proj+v_proj"
+    if len(parts) < 3:
+        raise _config_error(f"--lora {text} is not R,ALPHA,DROPOUT[,TARGETS]; {example}.")
+    try:
+        r, alpha, dropout = int(parts[0]), float(parts[1]), float(parts[2])
+    except ValueError:
+        raise _config_error(f"--lora {text}: rank must be an integer and alpha, dropout numbers; {example}.") from None
+    if r < 1:
+        raise _config_error(f"--lora {text}: the rank must be at least 1 (got {r}); {example}.")
+    if not alpha > 0:
+        raise _config_error(f"--lora {text}: alpha must be > 0 (got {alpha}); the adapter is scaled by alpha / rank.")
+    if not 0.0 <= dropout < 1.0:
+        raise _config_error(f"--lora {text}: dropout must be in [0, 1) (got {dropout}).")
+    targets = tuple(t for t in "+".join(parts[3:]).replace(" ", "").split("+") if t) or None
+    return LoraSpec(r, alpha, dropout, targets)
+
+
+def _config_error(message: str):
+    from offrl.errors import ConfigError
+
+    return ConfigError(message)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Options shared by every trainer.
 
@@ -78,6 +118,9 @@ class TrainConfig:
     mixed_precision: auto (bf16 on a GPU that supports it, fp16 on an older GPU, fp32 on CPU), no, bf16 or fp16.
     gradient_accumulation_steps: batches of batch_size whose gradients are summed into one optimizer step
       (the effective batch is batch_size x this; steps counts optimizer steps).
+    lora: train a LoRA adapter (peft) instead of all weights: R,ALPHA,DROPOUT[,TARGET+TARGET...] (e.g. 8,16,0.05;
+      targets default to every linear layer but the LM head); model/ then holds the adapter in peft's format.
+    merge_lora: with lora, also write <out>/merged/: the base model with the adapter merged in.
     """
 
     COMMAND_FLAGS: ClassVar[bool] = True
@@ -97,9 +140,12 @@ class TrainConfig:
     seed: int = 0
     mixed_precision: str = param("auto", OneOf(("auto", "no", "bf16", "fp16")))
     gradient_accumulation_steps: int = param(1, POSITIVE_INT)
+    lora: str | None = None
+    merge_lora: bool = False
 
     def __post_init__(self) -> None:
         check_config(self)
+        parse_lora(self.lora)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -220,6 +266,9 @@ class PolicyGradientConfig:
     save_every: iterations between checkpoints (0: only the final model).
     seed: random seed (prompt batches and samples derive from it and the iteration).
     tensorboard: also write the metrics to TensorBoard (needs tensorboardX) beside metrics.jsonl/csv.
+    lora: train a LoRA adapter (peft): R,ALPHA,DROPOUT[,TARGET+TARGET...]; the KL reference is then the
+      policy with its adapter disabled (no second copy of the model).
+    merge_lora: with lora, also write <out>/merged/: the base model with the adapter merged in.
     """
 
     COMMAND_FLAGS: ClassVar[bool] = True
@@ -247,9 +296,12 @@ class PolicyGradientConfig:
     save_every: int = param(0, NON_NEGATIVE_INT)
     seed: int = 0
     tensorboard: bool = False
+    lora: str | None = None
+    merge_lora: bool = False
 
     def __post_init__(self) -> None:
         check_config(self)
+        parse_lora(self.lora)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -334,6 +386,7 @@ class IterateConfig:
     compare_offline: also train one-shot offline preference optimisation from the start model on the
       same number of labels, sampled once from the start model.
     seed: random seed.
+    lora: train each round as a LoRA adapter (peft) on the previous round's model: R,ALPHA,DROPOUT[,TARGETS].
     """
 
     COMMAND_FLAGS: ClassVar[bool] = True
@@ -353,9 +406,11 @@ class IterateConfig:
     eval_samples: int = param(4, NON_NEGATIVE_INT)
     compare_offline: bool = False
     seed: int = 0
+    lora: str | None = None
 
     def __post_init__(self) -> None:
         check_config(self)
+        parse_lora(self.lora)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

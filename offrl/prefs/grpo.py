@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from offrl.prefs import rl_losses as R
+from offrl.prefs.adapters import finish_adapter
 from offrl.prefs.config import GRPOConfig
 from offrl.prefs.policy_gradient import ScoredRollout, minibatch_indices, run_policy_gradient
 from offrl.prefs.ppo import load_policy_and_reference, read_prompt_source
@@ -83,7 +84,8 @@ def train_grpo(model: str, prompts, out: str, config: GRPOConfig = GRPOConfig(),
                progress: bool = True, callbacks: Sequence[Callable[[dict[str, Any]], None]] = ()) -> TrainResult:
     """GRPO, RLOO or REINFORCE++ (``config.estimator``) from the model folder ``model`` (also the KL reference)."""
     prompts = read_prompt_source(prompts)
-    policy, reference, tokenizer = load_policy_and_reference(model, out, resume, prompts, config.max_new_tokens)
+    policy, reference, tokenizer = load_policy_and_reference(model, out, resume, prompts, config.max_new_tokens,
+                                                             config.lora, config.seed)
     device = next(policy.parameters()).device
     reward = make_reward(config.reward_model, config.uncertainty_penalty, tokenizer, device)
     kl_in_loss = config.estimator == "grpo"
@@ -126,7 +128,9 @@ def train_grpo(model: str, prompts, out: str, config: GRPOConfig = GRPOConfig(),
         return row
 
     start_run(out, config.estimator, model, config, {"prompts": len(prompts)})
-    return run_policy_gradient(trainer=config.estimator, config=config, out=out, prompts=prompts, policy=policy,
-                               reference=reference, tokenizer=tokenizer, reward=reward, update=update,
-                               group_size=config.group_size, resume=resume, progress=progress, callbacks=callbacks,
-                               report={"prompts": len(prompts)})
+    result = run_policy_gradient(trainer=config.estimator, config=config, out=out, prompts=prompts, policy=policy,
+                                 reference=reference, tokenizer=tokenizer, reward=reward, update=update,
+                                 group_size=config.group_size, resume=resume, progress=progress,
+                                 callbacks=callbacks, report={"prompts": len(prompts)})
+    finish_adapter(policy, tokenizer, out, config.merge_lora)
+    return result

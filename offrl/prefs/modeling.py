@@ -34,16 +34,31 @@ def load_tokenizer(path: str):
 
 
 def load_causal_lm(path: str, dtype: torch.dtype = torch.float32):
-    """Load any local Hugging Face causal LM (safetensors weights; no remote code is executed)."""
+    """Load any local Hugging Face causal LM (safetensors weights; no remote code is executed). A peft
+    adapter folder (``adapter_config.json``, as ``--lora`` runs write) is loaded onto the base model it
+    records and merged into it: a plain model that computes the same function."""
     from transformers import AutoModelForCausalLM
 
+    from offrl.prefs.adapters import adapter_base, is_adapter_folder, load_adapter
+
     _check_model_dir(path)
+    if is_adapter_folder(path) and not os.path.exists(os.path.join(path, "config.json")):
+        base = adapter_base(path)
+        if not base or not os.path.isdir(base):
+            raise ConfigError(f"the adapter {path} records its base model as {base!r}, which is not a folder here; "
+                              "load the base with --model and the adapter on top, or fix base_model_name_or_path "
+                              "in its adapter_config.json.")
+        return load_adapter(load_causal_lm(base, dtype), path, base).merge_and_unload()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
     disable_dropout(model)
     return model
 
 
 def _check_model_dir(path: str) -> None:
+    from offrl.prefs.adapters import ADAPTER_CONFIG
+
+    if os.path.isfile(os.path.join(path, ADAPTER_CONFIG)):
+        return
     if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "config.json")):
         raise ConfigError(
             f"--model {path} is not a local Hugging Face model folder (no config.json); "

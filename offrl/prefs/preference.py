@@ -24,7 +24,8 @@ import random
 import torch
 
 from offrl.prefs import losses as L
-from offrl.prefs.config import PREFERENCE_LOSSES, REFERENCE_FREE, PreferenceConfig
+from offrl.prefs.adapters import AdapterDisabled, finish_adapter, load_policy
+from offrl.prefs.config import PREFERENCE_LOSSES, REFERENCE_FREE, PreferenceConfig, parse_lora
 from offrl.prefs.data import TokenizedPreferences
 from offrl.prefs.evaluation import implicit_reward_metrics, kto_eval_metrics, sampled_kl
 from offrl.prefs.loop import make_accelerator, run_loop
@@ -97,7 +98,8 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
     """
     reference_path = config.reference or model
     tokenizer = load_tokenizer(model)
-    policy = load_causal_lm(resume_weights(model, out, resume))
+    lora = parse_lora(config.lora)
+    policy = load_policy(model, resume_weights(model, out, resume), lora, config.seed)
     kto = config.loss == "kto"
     dataset, train_tok, eval_tok, report = prepare_data(data, tokenizer, config, kind="unpaired" if kto else "paired")
     if kto:
@@ -110,7 +112,10 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
     reference_free = config.loss in REFERENCE_FREE
 
     cache = reference_cache or os.path.join(out, "reference_logps.safetensors")
-    reference = load_causal_lm(reference_path).to(device) if config.kl_prompts > 0 else reference_path
+    if lora is not None and config.reference in (None, model):  # the base = the policy with its adapter off
+        reference = AdapterDisabled(policy.to(device))
+    else:
+        reference = load_causal_lm(reference_path).to(device) if config.kl_prompts > 0 else reference_path
     if reference_free:  # no reference log-probs: the implicit rewards are beta * log pi itself
         ref_train = torch.zeros((len(train_tok), 2))
         ref_eval = torch.zeros((len(eval_tok), 2)) if eval_tok else None
@@ -171,6 +176,7 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
                        (lambda idx: collate_pairs(train_tok, idx, pad)),
                        compute=compute, config=config, out=out, evaluate=evaluate, resume=resume,
                        progress=progress, description=config.loss)
+    finish_adapter(policy, tokenizer, out, config.merge_lora)
     return finish_run(out, history, report)
 
 
