@@ -4,7 +4,7 @@
     offrl prefs sft   --model runs/task/model --data runs/task/demos.jsonl --out runs/sft
     offrl prefs label --model runs/sft/model --data runs/task/prompts_train.jsonl --out pairs.jsonl
     offrl prefs rm    --model runs/sft/model --data pairs.jsonl --out runs/rm --heads 4
-    offrl prefs dpo | ipo | kto --model runs/sft/model --data pairs.jsonl --out runs/dpo --beta 0.1
+    offrl prefs dpo | ipo | kto | simpo | cpo | orpo --model runs/sft/model --data pairs.jsonl --out runs/dpo --beta 0.1
     offrl prefs ppo | grpo --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/ppo
     offrl prefs iterate --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/iter
     offrl prefs guard runs/ppo                                 guardrails report of an online run
@@ -46,6 +46,9 @@ def register(subparsers) -> None:
         ("dpo", "Direct Preference Optimization (--label-smoothing: conservative DPO, --robust: robust DPO)"),
         ("ipo", "Identity Preference Optimisation"),
         ("kto", "Kahneman-Tversky Optimisation (unpaired, or pairs split into good/bad)"),
+        ("simpo", "SimPO: reference-free, length-normalised rewards with a target margin (--simpo-gamma)"),
+        ("cpo", "Contrastive Preference Optimization: reference-free logistic loss + NLL on chosen (--cpo-alpha)"),
+        ("orpo", "ORPO: SFT + odds-ratio penalty (--beta is lambda), one stage, no reference model"),
     ):
         p = sub.add_parser(name, help=help_text)
         _training_args(p, name)
@@ -136,11 +139,18 @@ TRAINERS = {
     "ppo": ("PPOConfig", ()),
     "grpo": ("GRPOConfig", ()),
     "sft": ("SFTConfig", ()),
-    "rm": ("RewardModelConfig", ()),
-    "dpo": ("PreferenceConfig", ("loss", "desirable_weight", "undesirable_weight")),
-    "ipo": ("PreferenceConfig", ("loss", "label_smoothing", "desirable_weight", "undesirable_weight")),
-    "kto": ("PreferenceConfig", ("loss", "label_smoothing")),
+    "rm": ("RewardModelConfig", ("lora", "merge_lora")),
+    "dpo": ("PreferenceConfig", ("loss", "desirable_weight", "undesirable_weight", "simpo_gamma", "cpo_alpha")),
+    "ipo": ("PreferenceConfig", ("loss", "label_smoothing", "desirable_weight", "undesirable_weight", "simpo_gamma",
+                                 "cpo_alpha")),
+    "kto": ("PreferenceConfig", ("loss", "label_smoothing", "simpo_gamma", "cpo_alpha")),
+    "simpo": ("SimPOConfig", ("loss", "desirable_weight", "undesirable_weight", "cpo_alpha")),
+    "cpo": ("PreferenceConfig", ("loss", "desirable_weight", "undesirable_weight", "simpo_gamma")),
+    "orpo": ("PreferenceConfig", ("loss", "label_smoothing", "desirable_weight", "undesirable_weight", "simpo_gamma",
+                                  "cpo_alpha")),
 }
+#: the trainers of offrl.prefs.preference (the command name is the loss).
+PREFERENCE_COMMANDS = ("dpo", "ipo", "kto", "simpo", "cpo", "orpo")
 
 
 def _run_args(p, out_help: str = "run folder: config.json, metrics.jsonl, model/, checkpoints/") -> None:
@@ -203,7 +213,7 @@ def _train(args) -> int:
 
     cls_name, _ = TRAINERS[args.trainer]
     fixed = {}
-    if cls_name == "PreferenceConfig":
+    if args.trainer in PREFERENCE_COMMANDS:
         fixed["loss"] = args.trainer
         if args.trainer == "dpo" and args.cfg__label_smoothing > 0:
             fixed["loss"] = "rdpo" if args.robust else "cdpo"

@@ -29,7 +29,9 @@ from offrl import config as _vocabulary
 from offrl.config import (NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, UNIT, Interval, OneOf, OrNone,
                           field_docs, param)
 
-PREFERENCE_LOSSES = ("dpo", "ipo", "cdpo", "rdpo", "kto")
+PREFERENCE_LOSSES = ("dpo", "ipo", "cdpo", "rdpo", "kto", "simpo", "cpo", "orpo")
+#: the losses without a reference model (offrl.prefs.losses.REFERENCE_FREE_LOSSES).
+REFERENCE_FREE = ("simpo", "cpo", "orpo")
 
 #: the one checker, wording its sentences for these configs' ``--flag`` form.
 check_config = functools.partial(_vocabulary.check_config, flags=True)
@@ -57,6 +59,46 @@ _field = bounded  # the name offrl.prefs.task imports
 
 
 @dataclass(frozen=True)
+class LoraSpec:
+    """A LoRA adapter (Hu et al. 2021): ``W x + (alpha / r) B A x`` with ``A`` (r x d_in), ``B`` (d_out x r), ``B = 0`` at
+    the start; ``targets`` names the linear modules that get one (None: every linear layer but the LM head)."""
+
+    r: int
+    alpha: float
+    dropout: float
+    targets: tuple[str, ...] | None = None
+
+
+def parse_lora(text: str | None) -> LoraSpec | None:
+    """``"R,ALPHA,DROPOUT[,TARGET+TARGET...]"`` (e.g. ``"8,16,0.05"`` or ``"8,16,0,q_proj+v_proj"``) -> :class:`LoraSpec`;
+    None or empty -> None. A bad value is one sentence naming ``--lora``."""
+    if text is None or not str(text).strip():
+        return None
+    parts = [p.strip() for p in str(text).split(",")]
+    example = "e.g. --lora 8,16,0.05 or --lora 8,16,0,q_proj+v_proj"
+    if len(parts) < 3:
+        raise _config_error(f"--lora {text} is not R,ALPHA,DROPOUT[,TARGETS]; {example}.")
+    try:
+        r, alpha, dropout = int(parts[0]), float(parts[1]), float(parts[2])
+    except ValueError:
+        raise _config_error(f"--lora {text}: rank must be an integer and alpha, dropout numbers; {example}.") from None
+    if r < 1:
+        raise _config_error(f"--lora {text}: the rank must be at least 1 (got {r}); {example}.")
+    if not alpha > 0:
+        raise _config_error(f"--lora {text}: alpha must be > 0 (got {alpha}); the adapter is scaled by alpha / rank.")
+    if not 0.0 <= dropout < 1.0:
+        raise _config_error(f"--lora {text}: dropout must be in [0, 1) (got {dropout}).")
+    targets = tuple(t for t in "+".join(parts[3:]).replace(" ", "").split("+") if t) or None
+    return LoraSpec(r, alpha, dropout, targets)
+
+
+def _config_error(message: str):
+    from offrl.errors import ConfigError
+
+    return ConfigError(message)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Options shared by every trainer.
 
@@ -76,6 +118,9 @@ class TrainConfig:
     mixed_precision: auto (bf16 on a GPU that supports it, fp16 on an older GPU, fp32 on CPU), no, bf16 or fp16.
     gradient_accumulation_steps: batches of batch_size whose gradients are summed into one optimizer step
       (the effective batch is batch_size x this; steps counts optimizer steps).
+    lora: train a LoRA adapter (peft) instead of all weights: R,ALPHA,DROPOUT[,TARGET+TARGET...] (e.g. 8,16,0.05;
+      targets default to every linear layer but the LM head); model/ then holds the adapter in peft's format.
+    merge_lora: with lora, also write <out>/merged/: the base model with the adapter merged in.
     """
 
     COMMAND_FLAGS: ClassVar[bool] = True
@@ -95,9 +140,12 @@ class TrainConfig:
     seed: int = 0
     mixed_precision: str = param("auto", OneOf(("auto", "no", "bf16", "fp16")))
     gradient_accumulation_steps: int = param(1, POSITIVE_INT)
+    lora: str | None = None
+    merge_lora: bool = False
 
     def __post_init__(self) -> None:
         check_config(self)
+        parse_lora(self.lora)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,13 +177,18 @@ class RewardModelConfig(TrainConfig):
 class PreferenceConfig(TrainConfig):
     """Offline preference optimisation against a fixed reference (the behaviour policy).
 
-    loss: dpo, ipo, cdpo (conservative, label smoothing), rdpo (robust) or kto.
-    beta: the KL price (DPO/KTO beta; IPO tau); smaller beta lets the policy drift further.
-    label_smoothing: assumed label-flip rate for cdpo / rdpo.
-    length_normalize: per-token mean log-probs (default: on for IPO only, as its authors advise).
+    loss: dpo, ipo, cdpo (conservative, label smoothing), rdpo (robust), kto, or the reference-free
+      simpo, cpo and orpo.
+    beta: the KL price (DPO/KTO beta; IPO tau); smaller beta lets the policy drift further
+      (SimPO/CPO: the reward scale; ORPO: the odds-ratio weight lambda).
+    label_smoothing: assumed label-flip rate for cdpo / rdpo (and the conservative simpo / cpo).
+    length_normalize: per-token mean log-probs (default: on for IPO, SimPO and ORPO, as their authors advise).
+    simpo_gamma: SimPO's target reward margin gamma.
+    cpo_alpha: weight of CPO's negative log-likelihood on the chosen completions.
     desirable_weight: KTO's lambda_D.
     undesirable_weight: KTO's lambda_U.
-    reference: folder of the reference model (default: the starting model).
+    reference: folder of the reference model (default: the starting model; with --lora, the
+      starting model is the policy with its adapter disabled, no second copy).
     kl_prompts: prompts sampled for the KL(pi || pi_ref) monitor at each log step (0 = off,
       which also frees the reference model after its log-probs are cached).
     kl_max_new_tokens: sampled completion length for the KL monitor.
@@ -145,11 +198,22 @@ class PreferenceConfig(TrainConfig):
     beta: float = param(0.1, POSITIVE)
     label_smoothing: float = param(0.0, Interval(0.0, 0.5, "[)"))
     length_normalize: bool | None = None
+    simpo_gamma: float = param(0.5, NON_NEGATIVE)
+    cpo_alpha: float = param(1.0, NON_NEGATIVE)
     desirable_weight: float = param(1.0, NON_NEGATIVE)
     undesirable_weight: float = param(1.0, NON_NEGATIVE)
     reference: str | None = None
     kl_prompts: int = param(32, NON_NEGATIVE_INT)
     kl_max_new_tokens: int = param(32, POSITIVE_INT)
+
+
+@dataclass(frozen=True)
+class SimPOConfig(PreferenceConfig):
+    """SimPO (Meng et al. 2024): PreferenceConfig with its loss and the paper's reward scale (beta 2.0;
+    gamma 0.5 as TRL's CPOConfig)."""
+
+    loss: str = param("simpo", OneOf(PREFERENCE_LOSSES))
+    beta: float = param(2.0, POSITIVE)
 
 
 # --------------------------------------------------------------------------- flags
@@ -169,7 +233,9 @@ def config_from_args(cls, args: argparse.Namespace, **fixed):
 # --------------------------------------------------------------------------- online RLHF
 
 KL_ESTIMATORS = ("k1", "k3")
-GROUP_ESTIMATORS = ("grpo", "rloo")
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce++")
+#: how GRPO averages its per-token loss (offrl.prefs.rl_losses.aggregate_token_loss).
+GRPO_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "gspo")
 
 
 @dataclass(frozen=True)
@@ -200,6 +266,9 @@ class PolicyGradientConfig:
     save_every: iterations between checkpoints (0: only the final model).
     seed: random seed (prompt batches and samples derive from it and the iteration).
     tensorboard: also write the metrics to TensorBoard (needs tensorboardX) beside metrics.jsonl/csv.
+    lora: train a LoRA adapter (peft): R,ALPHA,DROPOUT[,TARGET+TARGET...]; the KL reference is then the
+      policy with its adapter disabled (no second copy of the model).
+    merge_lora: with lora, also write <out>/merged/: the base model with the adapter merged in.
     """
 
     COMMAND_FLAGS: ClassVar[bool] = True
@@ -227,9 +296,12 @@ class PolicyGradientConfig:
     save_every: int = param(0, NON_NEGATIVE_INT)
     seed: int = 0
     tensorboard: bool = False
+    lora: str | None = None
+    merge_lora: bool = False
 
     def __post_init__(self) -> None:
         check_config(self)
+        parse_lora(self.lora)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -259,10 +331,19 @@ class GRPOConfig(PolicyGradientConfig):
     """Group-relative policy gradients without a value model: GRPO (Shao et al. 2024) and RLOO
     (Ahmadian et al. 2024) on the same rollout and KL code.
 
-    estimator: grpo (group-normalised advantages, KL in the loss) or rloo (leave-one-out baseline,
-      KL in the sequence reward).
+    estimator: grpo (group-normalised advantages, KL in the loss), rloo (leave-one-out baseline,
+      KL in the sequence reward) or reinforce++ (KL-shaped token rewards, returns-to-go whitened
+      over the batch; KL in the reward).
     group_size: samples per prompt (G).
     scale_rewards: divide GRPO's centred rewards by the group's std.
+    loss_type: how the per-token loss is averaged: bnpo (token mean over the minibatch, this trainer's
+      original form), grpo (mean of per-sequence means), dapo (token sum over the rollout's tokens per
+      minibatch), dr_grpo (token sum over B x max_new_tokens) or gspo (sequence-level ratios, grpo's mean).
+    clip_range_high: DAPO's clip-higher upper epsilon (the paper uses 0.28 with clip_range 0.2;
+      unset: clip_range, the symmetric clip).
+    dynamic_sampling: drop groups whose rewards are all equal (DAPO; no gradient, only dilution).
+    overlong_buffer: DAPO's soft overlong punishment over the last N tokens before max_new_tokens
+      (0: off).
     """
 
     kl_coef: float = param(0.04, NON_NEGATIVE)
@@ -271,6 +352,18 @@ class GRPOConfig(PolicyGradientConfig):
     estimator: str = param("grpo", OneOf(GROUP_ESTIMATORS))
     group_size: int = param(4, Interval(2, math.inf, "[)", integer=True))
     scale_rewards: bool = True
+    loss_type: str = param("bnpo", OneOf(GRPO_LOSS_TYPES))
+    clip_range_high: float | None = param(None, OrNone(POSITIVE))
+    dynamic_sampling: bool = False
+    overlong_buffer: int = param(0, NON_NEGATIVE_INT)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.overlong_buffer > self.max_new_tokens:
+            from offrl.errors import ConfigError
+
+            raise ConfigError(f"--overlong-buffer {self.overlong_buffer} is longer than --max-new-tokens "
+                              f"{self.max_new_tokens}; pass at most {self.max_new_tokens} (0: off).")
 
 
 @dataclass(frozen=True)
@@ -293,6 +386,7 @@ class IterateConfig:
     compare_offline: also train one-shot offline preference optimisation from the start model on the
       same number of labels, sampled once from the start model.
     seed: random seed.
+    lora: train each round as a LoRA adapter (peft) on the previous round's model: R,ALPHA,DROPOUT[,TARGETS].
     """
 
     COMMAND_FLAGS: ClassVar[bool] = True
@@ -312,9 +406,11 @@ class IterateConfig:
     eval_samples: int = param(4, NON_NEGATIVE_INT)
     compare_offline: bool = False
     seed: int = 0
+    lora: str | None = None
 
     def __post_init__(self) -> None:
         check_config(self)
+        parse_lora(self.lora)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

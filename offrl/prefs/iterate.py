@@ -55,7 +55,8 @@ def run_iterate(model: str, prompts, out: str, config: IterateConfig = IterateCo
     start_model = load_causal_lm(model).eval()
     pref = PreferenceConfig(loss=config.loss, beta=config.beta, steps=config.steps, lr=config.lr,
                             batch_size=config.batch_size, max_length=config.max_length, warmup_steps=min(10, config.steps // 5),
-                            log_every=max(1, config.steps // 2), kl_prompts=0, eval_fraction=0.05, seed=config.seed)
+                            log_every=max(1, config.steps // 2), kl_prompts=0, eval_fraction=0.05, seed=config.seed,
+                            lora=config.lora)
     os.makedirs(out, exist_ok=True)
     write_json(os.path.join(out, "config.json"), {"trainer": "iterate", "model": model, **config.to_json()})
 

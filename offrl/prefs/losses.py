@@ -9,6 +9,8 @@ returns per-example losses (shape ``(B,)``, not reduced) together with the impli
 Reading a preference pair ``(x, y_w, y_l)`` as one logged decision, ``pi_ref`` is the behaviour
 policy and ``beta`` plays the part of CQL's alpha: it prices every nat of divergence from the
 data-generating policy. The implicit rewards are returned detached (they are metrics).
+The reference-free losses (SimPO, CPO, ORPO) take only the policy's log-probs: they price
+divergence through a margin or a behaviour-cloning term instead of a reference.
 
 Example::
 
@@ -17,6 +19,8 @@ Example::
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -185,10 +189,96 @@ def sampled_kl(pi_logps: Tensor, ref_logps: Tensor) -> Tensor:
     return (pi_logps - ref_logps).mean()
 
 
+# --------------------------------------------------------------------------- reference-free losses
+
+
+def _smoothed_logistic(z: Tensor, label_smoothing: float) -> Tensor:
+    """``-(1 - eps) log sigma(z) - eps log sigma(-z)`` (eps = 0: the logistic loss)."""
+    return -(1.0 - label_smoothing) * F.logsigmoid(z) - label_smoothing * F.logsigmoid(-z)
+
+
+def simpo_loss(
+    pi_chosen: Tensor, pi_rejected: Tensor, beta: float = 2.0, gamma: float = 0.5, label_smoothing: float = 0.0
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Simple Preference Optimization (SimPO; Meng et al. 2024, eq. 6): no reference model.
+
+        L = -log sigma( beta/|y_w| log pi(y_w|x) - beta/|y_l| log pi(y_l|x) - gamma )
+
+    ``pi_chosen`` / ``pi_rejected`` are the length-averaged log-probs ``1/|y| log pi(y|x)`` (the
+    trainer passes per-token means); the implicit reward is ``beta/|y| log pi(y|x)`` and ``gamma``
+    is the target reward margin. ``label_smoothing`` eps gives the conservative form
+    ``-(1 - eps) log sigma(z) - eps log sigma(-z)``. At equal log-probs and ``gamma = 0`` the loss is
+    ``log 2``.
+
+    Returns ``(losses, chosen_rewards, rejected_rewards)``, each ``(B,)``.
+    """
+    z = beta * (pi_chosen - pi_rejected) - gamma
+    return _smoothed_logistic(z, label_smoothing), (beta * pi_chosen).detach(), (beta * pi_rejected).detach()
+
+
+def cpo_loss(
+    pi_chosen: Tensor,
+    pi_rejected: Tensor,
+    nll_chosen: Tensor,
+    beta: float = 0.1,
+    alpha: float = 1.0,
+    label_smoothing: float = 0.0,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Contrastive Preference Optimization (CPO; Xu et al. 2024, eq. 3 + NLL): DPO's logistic loss
+    with the reference dropped, plus behaviour cloning on the chosen completion.
+
+        L = -log sigma( beta log pi(y_w|x) - beta log pi(y_l|x) )  +  alpha * NLL(y_w)
+
+    ``nll_chosen`` is the negative log-likelihood of the chosen completions (per example, or one
+    scalar: the per-token mean over the batch, which broadcasts); ``label_smoothing`` as in
+    :func:`simpo_loss`. The implicit reward is ``beta log pi(y|x)``.
+    """
+    z = beta * (pi_chosen - pi_rejected)
+    losses = _smoothed_logistic(z, label_smoothing) + alpha * nll_chosen
+    return losses, (beta * pi_chosen).detach(), (beta * pi_rejected).detach()
+
+
+def log1mexp(x: Tensor) -> Tensor:
+    """``log(1 - exp(x))`` for ``x < 0``, without cancellation (Maechler 2012: branch at ``-log 2``)."""
+    return torch.where(x < -math.log(2.0), torch.log1p(-torch.exp(x)), torch.log(-torch.expm1(x)))
+
+
+def log_odds_ratio(pi_chosen: Tensor, pi_rejected: Tensor) -> Tensor:
+    """``log odds(y_w) - log odds(y_l)`` with ``odds(y) = P(y|x) / (1 - P(y|x))`` and ``log P = pi``:
+
+        log OR = (pi_w - pi_l) - (log(1 - e^{pi_w}) - log(1 - e^{pi_l}))
+    """
+    return (pi_chosen - pi_rejected) - (log1mexp(pi_chosen) - log1mexp(pi_rejected))
+
+
+def orpo_loss(
+    pi_chosen: Tensor, pi_rejected: Tensor, nll_chosen: Tensor, lam: float = 0.1
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Odds Ratio Preference Optimization (ORPO; Hong et al. 2024, eqs. 6-7): SFT plus an odds-ratio
+    penalty, in one stage and without a reference model.
+
+        L = NLL(y_w)  -  lambda * log sigma( log odds(y_w|x) - log odds(y_l|x) )
+
+    ``pi_*`` are the length-averaged log-probs ``1/|y| log pi(y|x)`` (the paper's ``P(y|x)``;
+    :func:`log_odds_ratio`), ``nll_chosen`` as in :func:`cpo_loss`, ``lam`` the paper's lambda (the
+    trainer's ``beta``). At equal log-probs the odds-ratio term is ``lambda log 2``. The reported
+    rewards are ``lambda * pi``.
+    """
+    losses = nll_chosen - lam * F.logsigmoid(log_odds_ratio(pi_chosen, pi_rejected))
+    return losses, (lam * pi_chosen).detach(), (lam * pi_rejected).detach()
+
+
 #: name -> paired loss function, for the trainer and the CLI.
 PAIRED_LOSSES = {
     "dpo": dpo_loss,
     "ipo": ipo_loss,
     "cdpo": conservative_dpo_loss,
     "rdpo": robust_dpo_loss,
+}
+
+#: name -> reference-free paired loss (no pi_ref; CPO and ORPO add the chosen NLL).
+REFERENCE_FREE_LOSSES = {
+    "simpo": simpo_loss,
+    "cpo": cpo_loss,
+    "orpo": orpo_loss,
 }

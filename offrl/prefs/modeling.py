@@ -34,10 +34,21 @@ def load_tokenizer(path: str):
 
 
 def load_causal_lm(path: str, dtype: torch.dtype = torch.float32):
-    """Load any local Hugging Face causal LM (safetensors weights; no remote code is executed)."""
+    """Load any local Hugging Face causal LM (safetensors weights; no remote code is executed). A peft
+    adapter folder (``adapter_config.json``, as ``--lora`` runs write) is loaded onto the base model it
+    records and merged into it: a plain model that computes the same function."""
     from transformers import AutoModelForCausalLM
 
+    from offrl.prefs.adapters import adapter_base, is_adapter_folder, load_adapter
+
     _check_model_dir(path)
+    if is_adapter_folder(path) and not os.path.exists(os.path.join(path, "config.json")):
+        base = adapter_base(path)
+        if not base or not os.path.isdir(base):
+            raise ConfigError(f"the adapter {path} records its base model as {base!r}, which is not a folder here; "
+                              "load the base with --model and the adapter on top, or fix base_model_name_or_path "
+                              "in its adapter_config.json.")
+        return load_adapter(load_causal_lm(base, dtype), path, base).merge_and_unload()
     check_safetensors_weights(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False, use_safetensors=True)
     disable_dropout(model)
@@ -61,6 +72,10 @@ def check_safetensors_weights(path: str) -> None:
 
 
 def _check_model_dir(path: str) -> None:
+    from offrl.prefs.adapters import ADAPTER_CONFIG
+
+    if os.path.isfile(os.path.join(path, ADAPTER_CONFIG)):
+        return
     if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "config.json")):
         raise ConfigError(
             f"--model {path} is not a local Hugging Face model folder (no config.json); "
@@ -157,6 +172,11 @@ def token_logps(model, input_ids: Tensor, attention_mask: Tensor, completion_mas
 def sequence_logps(model, batch: dict[str, Tensor], average: bool = False) -> Tensor:
     """``log pi(y|x)`` per row (sum over completion tokens; ``average=True`` divides by the count)."""
     logps, mask = token_logps(model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
+    return sequence_from_tokens(logps, mask, average)
+
+
+def sequence_from_tokens(logps: Tensor, mask: Tensor, average: bool = False) -> Tensor:
+    """``sum_t logps`` per row, or the mean over the row's completion tokens when ``average``."""
     total = logps.sum(-1)
     return total / mask.sum(-1).clamp(min=1) if average else total
 

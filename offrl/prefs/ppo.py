@@ -51,14 +51,23 @@ def _device():
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def load_policy_and_reference(model: str, out: str, resume: bool, prompts: Sequence[str], max_new_tokens: int):
+def load_policy_and_reference(model: str, out: str, resume: bool, prompts: Sequence[str], max_new_tokens: int,
+                              lora: str | None = None, seed: int = 0):
     """The policy (from the newest checkpoint when resuming), the frozen reference (the starting
-    model) and the tokenizer; refuses prompts that do not fit the context with the response."""
+    model; with ``lora``, the policy with its adapter disabled) and the tokenizer; refuses prompts that
+    do not fit the context with the response."""
+    from offrl.prefs.adapters import AdapterDisabled, load_policy
+    from offrl.prefs.config import parse_lora
+
     device = _device()
     tokenizer = load_tokenizer(model)
-    policy = load_causal_lm(resume_weights(model, out, resume)).to(device)
-    reference = load_causal_lm(model).to(device).eval()
-    reference.requires_grad_(False)
+    spec = parse_lora(lora)
+    policy = load_policy(model, resume_weights(model, out, resume), spec, seed).to(device)
+    if spec is not None:
+        reference = AdapterDisabled(policy)
+    else:
+        reference = load_causal_lm(model).to(device).eval()
+        reference.requires_grad_(False)
     check_prompt_lengths(tokenizer, prompts, max_new_tokens, context_size(policy))
     return policy, reference, tokenizer
 
@@ -74,7 +83,8 @@ def train_ppo(model: str, prompts, out: str, config: PPOConfig = PPOConfig(), re
     """PPO from the model folder ``model`` (also the KL reference) on ``prompts`` (a JSONL of
     ``{"prompt": ...}`` rows or a list); writes the run folder ``out``."""
     prompts = read_prompt_source(prompts)
-    policy, reference, tokenizer = load_policy_and_reference(model, out, resume, prompts, config.max_new_tokens)
+    policy, reference, tokenizer = load_policy_and_reference(model, out, resume, prompts, config.max_new_tokens,
+                                                             config.lora, config.seed)
     device = next(policy.parameters()).device
     reward = make_reward(config.reward_model, config.uncertainty_penalty, tokenizer, device)
     torch.manual_seed(config.seed)
@@ -120,7 +130,11 @@ def train_ppo(model: str, prompts, out: str, config: PPOConfig = PPOConfig(), re
         return row
 
     start_run(out, "ppo", model, config, {"prompts": len(prompts)})
-    return run_policy_gradient(trainer="ppo", config=config, out=out, prompts=prompts, policy=policy,
-                               reference=reference, tokenizer=tokenizer, reward=reward, update=update,
-                               modules=modules, group_size=1, resume=resume, progress=progress,
-                               callbacks=callbacks, report={"prompts": len(prompts)})
+    result = run_policy_gradient(trainer="ppo", config=config, out=out, prompts=prompts, policy=policy,
+                                 reference=reference, tokenizer=tokenizer, reward=reward, update=update,
+                                 modules=modules, group_size=1, resume=resume, progress=progress,
+                                 callbacks=callbacks, report={"prompts": len(prompts)})
+    from offrl.prefs.adapters import finish_adapter
+
+    finish_adapter(policy, tokenizer, out, config.merge_lora)
+    return result

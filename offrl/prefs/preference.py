@@ -1,8 +1,9 @@
-"""Offline preference optimisation against a fixed reference: DPO, IPO, cDPO, rDPO, KTO.
+"""Offline preference optimisation against a fixed reference (DPO, IPO, cDPO, rDPO, KTO) or
+without one (SimPO, CPO, ORPO).
 
 The trainer tokenizes validated data, computes the reference log-probs once and caches them in
 ``<out>/reference_logps.safetensors`` (the reference model is then freed unless the sampled-KL
-monitor needs it), and hands a ``compute(model, batch)`` built from the loss functions of
+monitor needs it; the reference-free losses skip it), and hands a ``compute(model, batch)`` built from the loss functions of
 :mod:`offrl.prefs.losses` to :func:`offrl.prefs.loop.run_loop`.
 
 Example::
@@ -23,7 +24,8 @@ import random
 import torch
 
 from offrl.prefs import losses as L
-from offrl.prefs.config import PREFERENCE_LOSSES, PreferenceConfig
+from offrl.prefs.adapters import AdapterDisabled, finish_adapter, load_policy
+from offrl.prefs.config import PREFERENCE_LOSSES, REFERENCE_FREE, PreferenceConfig, parse_lora
 from offrl.prefs.data import TokenizedPreferences
 from offrl.prefs.evaluation import implicit_reward_metrics, kto_eval_metrics, sampled_kl
 from offrl.prefs.loop import make_accelerator, run_loop
@@ -33,7 +35,9 @@ from offrl.prefs.modeling import (
     load_causal_lm,
     load_tokenizer,
     reference_logps,
+    sequence_from_tokens,
     sequence_logps,
+    token_logps,
 )
 from offrl.prefs.runs import TrainResult, finish_run, prepare_data, resume_weights, start_run
 
@@ -94,7 +98,8 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
     """
     reference_path = config.reference or model
     tokenizer = load_tokenizer(model)
-    policy = load_causal_lm(resume_weights(model, out, resume))
+    lora = parse_lora(config.lora)
+    policy = load_policy(model, resume_weights(model, out, resume), lora, config.seed)
     kto = config.loss == "kto"
     dataset, train_tok, eval_tok, report = prepare_data(data, tokenizer, config, kind="unpaired" if kto else "paired")
     if kto:
@@ -102,15 +107,25 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
     accelerator = make_accelerator(config.mixed_precision)
     device = accelerator.device
     pad = tokenizer.pad_token_id
-    average = config.length_normalize if config.length_normalize is not None else config.loss == "ipo"
+    average = (config.length_normalize if config.length_normalize is not None
+               else config.loss in ("ipo", "simpo", "orpo"))
+    reference_free = config.loss in REFERENCE_FREE
 
     cache = reference_cache or os.path.join(out, "reference_logps.safetensors")
-    reference = load_causal_lm(reference_path).to(device) if config.kl_prompts > 0 else reference_path
-    with accelerator.main_process_first():  # the main process writes the cache; the others then read it
-        ref_train = cached_reference_logps(reference, train_tok, pad, cache, average, device, reference_path,
-                                           accelerator.autocast)
-        ref_eval = (cached_reference_logps(reference, eval_tok, pad, cache.replace(".safetensors", "_eval.safetensors"),
-                                           average, device, reference_path, accelerator.autocast) if eval_tok else None)
+    if lora is not None and config.reference in (None, model):  # the base = the policy with its adapter off
+        reference = AdapterDisabled(policy.to(device))
+    else:
+        reference = load_causal_lm(reference_path).to(device) if config.kl_prompts > 0 else reference_path
+    if reference_free:  # no reference log-probs: the implicit rewards are beta * log pi itself
+        ref_train = torch.zeros((len(train_tok), 2))
+        ref_eval = torch.zeros((len(eval_tok), 2)) if eval_tok else None
+    else:
+        with accelerator.main_process_first():  # the main process writes the cache; the others then read it
+            ref_train = cached_reference_logps(reference, train_tok, pad, cache, average, device, reference_path,
+                                               accelerator.autocast)
+            ref_eval = (cached_reference_logps(reference, eval_tok, pad,
+                                               cache.replace(".safetensors", "_eval.safetensors"), average, device,
+                                               reference_path, accelerator.autocast) if eval_tok else None)
     if config.kl_prompts <= 0:
         reference = None  # the cached log-probs are all training needs
     else:
@@ -132,6 +147,8 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
             n_d, n_u = lab.sum().clamp(min=1), (~lab).sum().clamp(min=1)
             return losses.mean(), {"rewards/desirable": (rewards * lab).sum() / n_d,
                                    "rewards/undesirable": (rewards * ~lab).sum() / n_u, "kl_reference_point": z0}
+        if reference_free:
+            return reference_free_objective(m, batch, config, average)
         logps = sequence_logps(m, batch, average=average)
         pi_c, pi_r = logps.chunk(2, dim=0)
         ref = ref_train[idx].to(logps.device)
@@ -159,6 +176,7 @@ def train_preferences(model: str, data, out: str, config: PreferenceConfig = Pre
                        (lambda idx: collate_pairs(train_tok, idx, pad)),
                        compute=compute, config=config, out=out, evaluate=evaluate, resume=resume,
                        progress=progress, description=config.loss)
+    finish_adapter(policy, tokenizer, out, config.merge_lora)
     return finish_run(out, history, report)
 
 
@@ -166,6 +184,30 @@ def _collate_kto(tokenized: TokenizedPreferences, indices, pad: int) -> dict[str
     batch = collate_single(tokenized, indices, pad)
     batch.update({f"kl_{k}": v for k, v in collate_single(tokenized, indices, pad, slot=1).items() if k != "labels"})
     return batch
+
+
+def reference_free_objective(model, batch: dict[str, torch.Tensor], config: PreferenceConfig,
+                             average: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SimPO, CPO or ORPO on one batch of ``2B`` rows (chosen first): one forward pass gives the
+    sequence log-probs and the chosen completions' per-token NLL (the mean over their tokens, as
+    TRL's CPO/ORPO trainers take it)."""
+    tokens, mask = token_logps(model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"])
+    logps = sequence_from_tokens(tokens, mask, average)
+    pi_c, pi_r = logps.chunk(2, dim=0)
+    n = pi_c.shape[0]
+    nll = L.sft_loss(tokens[:n], mask[:n])
+    if config.loss == "simpo":
+        losses, r_c, r_r = L.simpo_loss(pi_c, pi_r, config.beta, config.simpo_gamma, config.label_smoothing)
+    elif config.loss == "cpo":
+        losses, r_c, r_r = L.cpo_loss(pi_c, pi_r, nll, config.beta, config.cpo_alpha, config.label_smoothing)
+    else:
+        losses, r_c, r_r = L.orpo_loss(pi_c, pi_r, nll, config.beta)
+    metrics = {"rewards/chosen": r_c.mean(), "rewards/rejected": r_r.mean(), "rewards/margin": (r_c - r_r).mean(),
+               "rewards/accuracy": (r_c > r_r).float().mean(), "logps/chosen": pi_c.detach().mean(),
+               "logps/rejected": pi_r.detach().mean(), "nll": nll.detach()}
+    if config.loss == "orpo":
+        metrics["log_odds_ratio"] = L.log_odds_ratio(pi_c.detach(), pi_r.detach()).mean()
+    return losses.mean(), metrics
 
 
 def _paired_loss(config: PreferenceConfig, pi_c, pi_r, ref_c, ref_r):

@@ -54,6 +54,9 @@ def train_reward_model(model: str, data, out: str, config: RewardModelConfig = R
                        resume: bool = False, progress: bool = True, _split_seed: int | None = None) -> TrainResult:
     """Bradley-Terry reward model on K bootstrapped heads (and, with ``config.models = M > 1``,
     M independently trained members)."""
+    if config.lora:
+        raise ConfigError("--lora is not supported for reward models yet; train the reward model's full weights "
+                          "(drop --lora).")
     if config.models > 1:
         return _train_reward_ensemble(model, data, out, config, resume, progress)
     torch.manual_seed(config.seed)  # the fresh scoring head's initialisation

@@ -203,3 +203,112 @@ def kl_controller_update(state: KLController, current_kl: float, n_steps: int) -
         return state
     error = min(max(current_kl / state.target - 1.0, -0.2), 0.2)
     return state._replace(coef=state.coef * (1.0 + error * n_steps / state.horizon))
+
+
+# --------------------------------------------------------------------------- GRPO's loss family
+
+from offrl.prefs.config import GRPO_LOSS_TYPES  # noqa: E402  (TRL's loss_type names; gspo: sequence ratios)
+
+
+def importance_ratio(logps: Tensor, old_logps: Tensor, mask: Tensor, level: str = "token") -> Tensor:
+    """The policy ratio pi / pi_old per token, or per sequence as GSPO takes it (Zheng et al. 2025, eq. 7):
+
+        token:     rho_t = exp(log pi(y_t) - log pi_old(y_t))                        (B, T)
+        sequence:  s_i   = exp( 1/|y_i| sum_t [log pi(y_t) - log pi_old(y_t)] )      (B, 1)
+
+    The sequence ratio is the geometric mean of the token ratios, so it does not grow with length.
+    """
+    log_ratio = logps - old_logps
+    if level == "token":
+        return torch.exp(log_ratio)
+    if level == "sequence":
+        return torch.exp(masked_mean(log_ratio, mask, dim=-1)).unsqueeze(-1)
+    raise ValueError(f"importance-ratio level {level!r} is unknown; use token or sequence")
+
+
+def asymmetric_clipped_objective(ratio: Tensor, advantages: Tensor, clip_low: float = 0.2,
+                                 clip_high: float | None = None) -> Tensor:
+    """Per-token loss of the clipped surrogate with DAPO's decoupled clip ("clip-higher"; Yu et al. 2025, section 3.1):
+
+        l_t = -min( rho_t A_t, clip(rho_t, 1 - eps_low, 1 + eps_high) A_t )
+
+    ``clip_high = None`` is the symmetric PPO clip (``eps_high = eps_low``); a larger ``eps_high``
+    lets unlikely tokens with positive advantage gain probability faster (against entropy collapse).
+    ``ratio`` and ``advantages`` broadcast (``(B, T)``, ``(B, 1)`` or ``(B,)[:, None]``); not reduced.
+    """
+    high = clip_low if clip_high is None else clip_high
+    return -torch.minimum(ratio * advantages, torch.clamp(ratio, 1.0 - clip_low, 1.0 + high) * advantages)
+
+
+def aggregate_token_loss(per_token: Tensor, mask: Tensor, loss_type: str = "grpo",
+                         max_completion_length: int | None = None, num_tokens: Tensor | float | None = None) -> Tensor:
+    """Reduce a per-token loss ``(B, T)`` to a scalar, the way each member of the family normalises:
+
+        grpo, gspo (Shao et al. 2024):  1/B sum_i 1/|y_i| sum_t l_it          (each sequence weighs the same)
+        bnpo:                           sum_it l_it / sum_i |y_i|              (token mean over this batch)
+        dapo (Yu et al. 2025, sec. 3.3):  sum_it l_it / N                        (N: tokens of the whole rollout
+                                                                                 batch per gradient step)
+        dr_grpo (Liu et al. 2025):      sum_it l_it / (B * L_max)              (a constant: no length bias)
+
+    ``num_tokens`` is dapo's ``N`` (default: this batch's tokens, when dapo equals bnpo);
+    ``max_completion_length`` is Dr. GRPO's ``L_max``.
+    """
+    mask_f = mask.to(per_token.dtype)
+    per_token = per_token.expand_as(mask_f) if per_token.shape != mask_f.shape else per_token
+    total = (per_token * mask_f).sum()
+    if loss_type in ("grpo", "gspo"):
+        return ((per_token * mask_f).sum(-1) / mask_f.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "bnpo":
+        return total / mask_f.sum().clamp(min=1.0)
+    if loss_type == "dapo":
+        n = mask_f.sum() if num_tokens is None else torch.as_tensor(num_tokens, dtype=per_token.dtype)
+        return total / n.clamp(min=1.0)
+    if loss_type == "dr_grpo":
+        if not max_completion_length:
+            raise ValueError("dr_grpo needs max_completion_length (L_max)")
+        return total / (per_token.shape[0] * max_completion_length)
+    raise ValueError(f"loss type {loss_type!r} is unknown; use one of {GRPO_LOSS_TYPES}")
+
+
+def nonzero_variance_groups(rewards: Tensor, group_size: int) -> Tensor:
+    """DAPO's dynamic sampling filter (Yu et al. 2025, section 3.2): ``(B,)`` True on the samples of groups
+    whose rewards are not all equal. A group with one reward for every sample has zero group-relative
+    advantage everywhere and contributes no gradient, only dilution."""
+    r = rewards.view(-1, group_size)
+    keep = (r != r[:, :1]).any(-1)
+    return keep.repeat_interleave(group_size)
+
+
+def overlong_penalty(lengths: Tensor, max_length: int, buffer: int) -> Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, section 3.4, eq. 13), added to the reward:
+
+        R(y) = 0                                    |y| <= L_max - L_cache
+             = ((L_max - L_cache) - |y|) / L_cache  L_max - L_cache < |y| <= L_max
+             = -1                                   |y| > L_max
+
+    ``buffer`` is ``L_cache``; the penalty falls linearly from 0 to -1 across the buffer.
+    """
+    lengths = lengths.to(torch.float64)
+    start = max_length - buffer
+    inside = (start - lengths) / max(buffer, 1)
+    out = torch.where(lengths <= start, torch.zeros_like(lengths), inside)
+    return torch.where(lengths > max_length, torch.full_like(lengths, -1.0), out)
+
+
+def reinforce_plus_plus_advantages(scores: Tensor, kl: Tensor, mask: Tensor, kl_coef: float,
+                                   gamma: float = 1.0) -> Tensor:
+    """REINFORCE++ (Hu 2025; OpenRLHF): PPO's KL-shaped token rewards, returns-to-go, no value model,
+    advantages normalised over the whole batch (not per group):
+
+        r_t = -beta kl_t + [t = T] score,   G_t = sum_{s >= t} gamma^{s-t} r_s,   A = whiten_batch(G)
+
+    Returns ``(B, T)`` advantages, zero outside ``mask``.
+    """
+    rewards, _ = per_token_rewards(scores, kl, mask, kl_coef)
+    mask_f = mask.to(rewards.dtype)
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        running = (rewards[:, t] + gamma * running) * mask_f[:, t]
+        returns[:, t] = running
+    return masked_whiten(returns, mask)

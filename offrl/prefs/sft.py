@@ -13,10 +13,11 @@ from __future__ import annotations
 import torch
 
 from offrl.prefs import losses as L
-from offrl.prefs.config import SFTConfig
+from offrl.prefs.adapters import finish_adapter, load_policy
+from offrl.prefs.config import SFTConfig, parse_lora
 from offrl.prefs.data import TokenizedPreferences
 from offrl.prefs.loop import make_accelerator, run_loop
-from offrl.prefs.modeling import collate_single, load_causal_lm, load_tokenizer, token_logps
+from offrl.prefs.modeling import collate_single, load_tokenizer, token_logps
 from offrl.prefs.runs import TrainResult, finish_run, prepare_data, resume_weights, start_run
 
 
@@ -24,7 +25,7 @@ def train_sft(model: str, data, out: str, config: SFTConfig = SFTConfig(), resum
               progress: bool = True) -> TrainResult:
     """Behaviour cloning: maximise ``sum_t log pi(y_t | x, y_<t)`` on demonstration completions."""
     tokenizer = load_tokenizer(model)
-    policy = load_causal_lm(resume_weights(model, out, resume))
+    policy = load_policy(model, resume_weights(model, out, resume), parse_lora(config.lora), config.seed)
     _, train_tok, eval_tok, report = prepare_data(data, tokenizer, config, kind="completions")
     accelerator = make_accelerator(config.mixed_precision)
     pad = tokenizer.pad_token_id
@@ -42,6 +43,7 @@ def train_sft(model: str, data, out: str, config: SFTConfig = SFTConfig(), resum
     history = run_loop(accelerator=accelerator, model=policy, tokenizer=tokenizer, lengths=train_tok.lengths(),
                        collate=lambda idx: collate_single(train_tok, idx, pad), compute=compute, config=config,
                        out=out, evaluate=evaluate, resume=resume, progress=progress, description="sft")
+    finish_adapter(policy, tokenizer, out, config.merge_lora)
     return finish_run(out, history, report)
 
 

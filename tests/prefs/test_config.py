@@ -16,7 +16,7 @@ def _subparser(command):
     return prefs._subparsers._group_actions[0].choices[command]
 
 
-@pytest.mark.parametrize("command", ["sft", "rm", "dpo", "ipo", "kto"])
+@pytest.mark.parametrize("command", ["sft", "rm", "dpo", "ipo", "kto", "simpo", "cpo", "orpo"])
 def test_flags_carry_the_dataclass_defaults(command):
     from offrl.commands.prefs import TRAINERS
 
@@ -34,7 +34,7 @@ def test_flags_carry_the_dataclass_defaults(command):
 
 
 def test_every_config_field_is_documented():
-    for cls in (C.SFTConfig, C.RewardModelConfig, C.PreferenceConfig):
+    for cls in (C.SFTConfig, C.RewardModelConfig, C.PreferenceConfig, C.SimPOConfig):
         docs = C.field_docs(cls)
         missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
         assert not missing, (cls.__name__, missing)
