@@ -1,9 +1,6 @@
 """XQL: the Gumbel regression loss against hand-computed numbers and its minimiser, and a short real run."""
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +9,8 @@ import pytest
 
 from offrl import engine
 from offrl.algos import xql
+
+from _pendulum import pendulum_medium
 
 
 def test_gumbel_loss_on_a_few_numbers():
@@ -46,16 +45,6 @@ def test_the_minimiser_is_the_log_partition_of_q():
     # it lies between the mean and the max of q, and moves towards the max as beta falls
     assert float(np.mean(q)) < v_star < 4.0
     assert 1.0 * math.log(np.mean(np.exp(np.asarray(q)))) > v_star
-
-
-def pendulum_medium():
-    """tests/engine's ``pendulum_medium`` fixture: 20 episodes of the swing-up controller with noise 1.0."""
-    engine_tests = Path(__file__).resolve().parents[1] / "engine"
-    spec = importlib.util.spec_from_file_location("engine_test_conftest", engine_tests / "conftest.py")
-    sys.path.insert(0, str(engine_tests))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.with_references(module.make_pendulum_dataset(episodes=20, noise=1.0, seed=0))
 
 
 def test_xql_beats_a_random_policy_on_pendulum():
