@@ -34,7 +34,11 @@ Where offrl follows which source
 * Initialisation is offrl's orthogonal one, not the authors' PyTorch-style uniform with
   biases 0.1 (the paper reports no ablation of it).
 * The authors drop timeout transitions (their dataset has no next action there); offrl keeps
-  them and switches the critic penalty off at those rows (``k' = 0``).
+  them and switches the critic penalty off at those rows (``k' = 0``). The next action is
+  looked up when a minibatch is drawn (:func:`sample`): row ``i + 1`` continues row ``i`` when
+  ``s'_i = s_{i+1}``, which also holds for data that are not stored episode by episode.
+* Online fine-tuning (``offrl finetune``) draws its mixed minibatches without :func:`sample`,
+  so the critic penalty is off online (``k' = 0`` for every row); the actor's BC term stays.
 
 Example::
 
@@ -47,7 +51,6 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from offrl import losses
 from offrl.algos import td3
@@ -58,7 +61,7 @@ from offrl.algos.td3 import Agent
 from offrl.nets import DeterministicActor, EnsembleCritic
 
 __all__ = ["Config", "Agent", "create", "update", "act", "explore", "q_value", "critic_target", "actor_objective",
-           "actor_loss", "critic_loss", "extra_arrays", "next_actions_of"]
+           "actor_loss", "critic_loss", "sample", "next_action_rows"]
 
 
 @dataclass(frozen=True)
@@ -104,28 +107,24 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
 
 
 # ---------------------------------------------------------------------- data
-def next_actions_of(actions: np.ndarray, observations: np.ndarray, next_observations: np.ndarray,
-                    dones: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(a'_D, k')``: the next row's action where row ``i + 1`` continues row ``i``'s episode
-    (``i`` is not an episode end and ``s'_i == s_{i+1}``), with ``k' = 1`` there; elsewhere the
-    row's own action and ``k' = 0``."""
-    actions = np.asarray(actions, np.float32)
-    nxt, known = actions.copy(), np.zeros(len(actions), np.float32)
-    if len(actions) > 1:
-        same = np.all(np.isclose(np.asarray(next_observations[:-1]).reshape(len(actions) - 1, -1),
-                                 np.asarray(observations[1:]).reshape(len(actions) - 1, -1), atol=1e-6), axis=1)
-        follows = same & ~np.asarray(dones[:-1], bool)
-        nxt[:-1][follows] = actions[1:][follows]
-        known[:-1] = follows
-    return nxt, known
+def next_action_rows(data: dict, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(a'_D, k')`` of rows ``idx`` of the device arrays: the next row's action where row
+    ``i + 1`` continues row ``i`` (``s'_i == s_{i+1}``: not at an episode cut, nor at the last
+    row), with ``k' = 1`` there; elsewhere the row's own action and ``k' = 0``."""
+    n = data["actions"].shape[0]
+    nxt = jnp.minimum(idx + 1, n - 1)
+    same = jnp.all(jnp.abs(data["next_observations"][idx] - data["observations"][nxt]) <= 1e-6, axis=-1)
+    known = same & (idx + 1 < n)
+    actions = jnp.where(known[:, None], data["actions"][nxt], data["actions"][idx])
+    return actions, known.astype(jnp.float32)
 
 
-def extra_arrays(dataset, info, config) -> dict[str, np.ndarray]:
-    """``next_actions`` (agent units, ``[-1, 1]``) and ``next_action_known`` (``k'``) per row."""
-    n = len(dataset)
-    actions = info.to_agent_action(dataset.actions.reshape(n, -1))
-    nxt, known = next_actions_of(actions, dataset.observations, dataset.next_observations, dataset.dones)
-    return {"next_actions": nxt, "next_action_known": known}
+def sample(data: dict, key: jax.Array, batch_size: int) -> Batch:
+    """i.i.d. rows, with ``next_actions`` and ``next_action_known`` (:func:`next_action_rows`) in ``extras``."""
+    idx = jax.random.randint(key, (batch_size,), 0, data["rewards"].shape[0])
+    next_actions, known = next_action_rows(data, idx)
+    rows = jax.tree_util.tree_map(lambda x: x[idx], data)
+    return Batch.from_rows({**rows, "next_actions": next_actions, "next_action_known": known})
 
 
 # ---------------------------------------------------------------------- losses
@@ -175,8 +174,12 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     noise = jnp.clip(cfg.policy_noise * jax.random.normal(noise_key, next_actions.shape), -cfg.noise_clip, cfg.noise_clip)
     next_actions = jnp.clip(next_actions + noise, -1.0, 1.0)
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
-    target = critic_target(batch.rewards, batch.masks, next_q, next_actions, batch.extras["next_actions"],
-                           batch.extras["next_action_known"], cfg.critic_bc_weight, cfg.discount)
+    if "next_actions" in batch.extras:
+        data_next, known = batch.extras["next_actions"], batch.extras["next_action_known"]
+    else:  # minibatches not drawn by :func:`sample` (online fine-tuning's mixed batches): no critic penalty
+        data_next, known = next_actions, jnp.zeros_like(next_q)
+    target = critic_target(batch.rewards, batch.masks, next_q, next_actions, data_next, known,
+                           cfg.critic_bc_weight, cfg.discount)
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(critic=critic, rng=rng)
     agent = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets, lambda a, b: a, agent, batch)
@@ -187,4 +190,4 @@ act = td3.act
 q_value = min_q_value
 explore = td3.explore
 
-SPEC = AlgorithmSpec(name="rebrac", finetunable=True, explore=explore, extra_arrays=extra_arrays)
+SPEC = AlgorithmSpec(name="rebrac", finetunable=True, explore=explore, sample=sample)

@@ -39,31 +39,50 @@ def test_actor_objective_sums_the_bc_term_over_action_dimensions_and_normalises_
     np.testing.assert_allclose(unnormalised, np.mean([0.025 - 2.0, 0.1 + 4.0]), rtol=1e-6)
 
 
-def test_next_actions_follow_the_episode_and_are_unknown_at_cuts_and_gaps():
-    obs = np.array([[0.0], [1.0], [2.0], [10.0], [11.0]])
-    next_obs = np.array([[1.0], [2.0], [3.0], [99.0], [12.0]])  # row 3's successor is not row 4
-    actions = np.array([[0.1], [0.2], [0.3], [0.4], [0.5]])
-    dones = np.array([False, False, True, False, True])           # row 2 ends episode A (a timeout)
-    nxt, known = rebrac.next_actions_of(actions, obs, next_obs, dones)
-    np.testing.assert_allclose(nxt, [[0.2], [0.3], [0.3], [0.4], [0.5]], rtol=1e-6)
-    np.testing.assert_array_equal(known, [1, 1, 0, 0, 0])
+def test_next_actions_follow_the_episode_and_are_unknown_at_cuts_gaps_and_the_last_row():
+    obs = jnp.array([[0.0], [1.0], [2.0], [10.0], [11.0]])
+    next_obs = jnp.array([[1.0], [2.0], [3.0], [99.0], [12.0]])  # row 2 ends an episode; row 3's successor is not row 4
+    actions = jnp.array([[0.1], [0.2], [0.3], [0.4], [0.5]])
+    arrays = {"observations": obs, "next_observations": next_obs, "actions": actions}
+    nxt, known = rebrac.next_action_rows(arrays, jnp.array([0, 1, 2, 3, 4, 1]))
+    np.testing.assert_allclose(nxt, [[0.2], [0.3], [0.3], [0.4], [0.5], [0.3]], rtol=1e-6)
+    np.testing.assert_array_equal(known, [1, 1, 0, 0, 0, 1])
 
 
-def test_the_engine_puts_next_actions_on_the_device_in_agent_units():
+def test_the_sampler_draws_next_actions_from_the_data_in_agent_units():
+    """Episodes of a random walk cut by timeouts: the sampled next actions are the data's own
+    (rescaled) next actions inside episodes and switched off at the cuts."""
     rng = np.random.default_rng(0)
-    obs = rng.standard_normal((40, 3)).astype(np.float32)
+    obs = np.cumsum(rng.standard_normal((41, 3)), axis=0).astype(np.float32)
     actions = rng.uniform(-2, 2, (40, 2)).astype(np.float32)
     timeouts = np.zeros(40, bool)
-    timeouts[19] = timeouts[39] = True
-    ds = Dataset.from_arrays(obs, actions, rng.standard_normal(40), np.zeros(40, bool), timeouts,
-                             next_observations=np.roll(obs, -1, axis=0))
-    arrays, _ = engine.prepare_data(ds, rebrac.Config(), None, rebrac)
-    a, nxt, known = (np.asarray(arrays[k]) for k in ("actions", "next_actions", "next_action_known"))
-    follows = np.ones(40, bool)
-    follows[[19, 39]] = False
-    np.testing.assert_array_equal(known, follows.astype(np.float32))
-    np.testing.assert_allclose(nxt[:-1][follows[:-1]], a[1:][follows[:-1]], rtol=1e-6)
-    assert np.abs(nxt).max() <= 1.0
+    timeouts[[19, 39]] = True
+    next_obs = obs[1:].copy()
+    next_obs[19] += 5.0                    # the cut episode's true next state, not the next episode's first
+    ds = Dataset.from_arrays(obs[:40], actions, rng.standard_normal(40), np.zeros(40, bool), timeouts,
+                             next_observations=next_obs)
+    arrays, info = engine.prepare_data(ds, rebrac.Config(), None, rebrac)
+    batch = rebrac.sample(arrays, jax.random.PRNGKey(0), 256)
+    agent_actions = info.to_agent_action(actions)                 # [-1, 1]
+    rows = np.array([int(np.flatnonzero(np.all(np.asarray(arrays["observations"]) == o, axis=1))[0])
+                     for o in np.asarray(batch.observations)])
+    follows = ~np.isin(rows, [19, 39])
+    np.testing.assert_array_equal(np.asarray(batch.extras["next_action_known"]), follows.astype(np.float32))
+    np.testing.assert_allclose(np.asarray(batch.extras["next_actions"])[follows], agent_actions[rows[follows] + 1], rtol=1e-6)
+    assert not follows.all() and np.abs(np.asarray(batch.extras["next_actions"])).max() <= 1.0
+
+
+def test_minibatches_without_next_actions_train_without_the_critic_penalty():
+    """Online fine-tuning's mixed minibatches carry only the five transition fields."""
+    config = rebrac.Config(hidden_dims=(8,), batch_size=4, critic_bc_weight=100.0)
+    agent = rebrac.create(config, 3, 2, jax.random.PRNGKey(0))
+    rng = np.random.default_rng(1)
+    fields = (rng.standard_normal((4, 3)), rng.uniform(-1, 1, (4, 2)), rng.standard_normal(4), rng.standard_normal((4, 3)), np.ones(4))
+    plain = rebrac.Batch(*(jnp.asarray(x, jnp.float32) for x in fields))
+    off = plain._replace(extras={"next_actions": jnp.ones((4, 2)), "next_action_known": jnp.zeros(4)})
+    on = plain._replace(extras={"next_actions": jnp.ones((4, 2)), "next_action_known": jnp.ones(4)})
+    loss = lambda b: float(rebrac.update(agent, b)[1]["critic_loss"])  # noqa: E731
+    assert loss(plain) == loss(off) != loss(on)
 
 
 def test_rebrac_beats_a_random_policy_on_bundled_pendulum():
