@@ -42,6 +42,11 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "discrete_cql": ("offrl.algos.discrete_cql", "CQL's log-sum-exp penalty on a DQN (Kumar et al. 2020)"),
     "discrete_bcq": ("offrl.algos.discrete_bcq", "discrete BCQ: greedy over actions the behaviour model allows"),
     "discrete_iql": ("offrl.algos.discrete_iql", "IQL for discrete actions"),
+    "rebrac": ("offrl.algos.rebrac", "ReBRAC: TD3+BC with a critic BC penalty, LayerNorm and large batches (Tarasov et al. 2023)"),
+    "xql": ("offrl.algos.xql", "Extreme Q-Learning: IQL with a Gumbel-regression value loss (Garg et al. 2023)"),
+    "sac_n": ("offrl.algos.sac_n", "SAC-N: SAC with N clipped critics in one vmapped ensemble (An et al. 2021)"),
+    "edac": ("offrl.algos.edac", "EDAC: SAC-N plus the ensemble-gradient diversity term (An et al. 2021)"),
+    "lb_sac": ("offrl.algos.lb_sac", "LB-SAC: SAC-N with a large batch and fewer critics (Nikulin et al. 2022)"),
 }
 _MODULES: dict[str, ModuleType] = {}
 
