@@ -15,7 +15,7 @@ from offrl.errors import ConfigError
 #: names in the order of ``offrl train --help``.
 ALGORITHM_NAMES = ("bc", "td3", "td3_bc", "iql", "cql", "cal_ql", "awac", "bcq", "dt", "tt", "diffuser",
                    "discrete_bc", "dqn", "double_dqn", "discrete_cql", "discrete_bcq", "discrete_iql",
-                   "crr", "td3_awr", "brac", "bear", "plas")
+                   "crr", "td3_awr", "brac", "bear", "plas", "spot")
 
 
 class _Registry(Mapping):
