@@ -17,16 +17,14 @@ from ``n`` reparameterised samples ``a_j = tanh(u_j) ~ pi(.|s)``::
 Both policies are tanh-squashed Gaussians; the tanh Jacobian is the same in both log-densities
 of a sample, so ``D`` is computed from the pre-squash Gaussians (exact and stable near +-1).
 
-Defaults are the authors' released configuration (google-research ``behavior_regularized_offline_rl``:
+Defaults are the authors' released configuration (google-research ``behavior_regularized_offline_rl``):
 KL, value penalty, ``alpha = 0.1`` as in its example scripts, Adam 1e-3 for every network as in its
 ``train_eval`` (the scripts lower the policy's to 3e-4, which lets the policy trail a sharpening
-``pi_b`` and the value penalty's targets drift on near-deterministic data),
-200 x 200 networks,
-two critics with the min over them, batch 256, ``tau = 0.005``, a 20,000-step warm
-start). Where offrl differs: the authors pre-train ``pi_b`` in a separate run and load its
-checkpoint; offrl trains it in the same ``update`` (one more Adam step on the same minibatch), so a
-run is one command, and the warm start doubles as the time ``pi_b`` needs to fit. Widths are
-offrl's 256 x 256 rather than 200 x 200.
+``pi_b`` so the value penalty's targets drift on near-deterministic data), two critics with the
+min over them, batch 256, ``tau = 0.005`` and a 20,000-step warm start. Where offrl differs: the
+authors pre-train ``pi_b`` in a separate run and load its checkpoint; offrl trains it in the same
+``update`` (one more Adam step on the same minibatch), so a run is one command and the warm start
+doubles as the time ``pi_b`` needs to fit; widths are 256 x 256 rather than the authors' 200 x 200.
 
 Example::
 
