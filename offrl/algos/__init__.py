@@ -47,6 +47,12 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "sac_n": ("offrl.algos.sac_n", "SAC-N: SAC with N clipped critics in one vmapped ensemble (An et al. 2021)"),
     "edac": ("offrl.algos.edac", "EDAC: SAC-N plus the ensemble-gradient diversity term (An et al. 2021)"),
     "lb_sac": ("offrl.algos.lb_sac", "LB-SAC: SAC-N with a large batch and fewer critics (Nikulin et al. 2022)"),
+    "crr": ("offrl.algos.crr", "Critic-Regularized Regression: advantage-filtered behaviour cloning (Wang et al. 2020)"),
+    "td3_awr": ("offrl.algos.td3_awr", "TD3's critic with an advantage-weighted behaviour-cloning actor"),
+    "brac": ("offrl.algos.brac", "BRAC: a KL penalty to a learned behaviour policy in the value or the policy (Wu et al. 2019)"),
+    "bear": ("offrl.algos.bear", "BEAR: the policy kept within an MMD ball of the behaviour policy (Kumar et al. 2019)"),
+    "plas": ("offrl.algos.plas", "PLAS: a policy in the latent space of a behaviour VAE (Zhou et al. 2020)"),
+    "spot": ("offrl.algos.spot", "SPOT: TD3 with a VAE density support penalty (Wu et al. 2022)"),
 }
 _MODULES: dict[str, ModuleType] = {}
 
