@@ -111,6 +111,9 @@ def _check_source(folder: Path) -> dict:
 def _online_config(module, config, offline_step: int, ft: FinetuneConfig):
     from offrl.algos import algorithm_spec
 
+    spec = algorithm_spec(module)
+    if spec.online_config is not None:
+        config = spec.online_config(config)
     changes: dict[str, Any] = {}
     fields = {f.name for f in dataclasses.fields(config)}
     if ft.alpha_decay:

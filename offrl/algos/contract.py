@@ -53,6 +53,9 @@ Optional hooks (fields of ``AlgorithmSpec``; ``None`` means the engine's default
 ``online_extras(rewards, terminal, config) -> {name: array}``  per-row values of a finished online
     episode for the replay buffer (Cal-QL's Monte-Carlo returns); ``online_extras_fill`` gives
     each such key's value while its episode is still open.
+``online_config(config) -> Config``  the algorithm's own changes for the online phase of
+    ``offrl finetune`` (Cal-QL drops its bound unless ``calibrated_online``); applied before the
+    fine-tuning flags' changes.
 ``export_arrays(agent) -> (arrays, meta)``  a custom NumPy export (DT), read back by a
     loader that ``meta["policy"]`` names (:mod:`offrl.policy`).
 ``policy_layers(agent) -> [(kernel, bias), ...]``  the MLP layers ``offrl export`` writes (default:
@@ -113,6 +116,7 @@ class AlgorithmSpec:
     explore: Callable | None = None
     online_extras: Callable | None = None
     online_extras_fill: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    online_config: Callable | None = None
     export_arrays: Callable | None = None
     policy_layers: Callable | None = None
 
@@ -143,6 +147,8 @@ def check_spec(module: ModuleType) -> AlgorithmSpec:
         raise ConfigError(f"{name}: SPEC declares finetunable=True without an explore hook.")
     if spec.return_conditioned and spec.rollout_policy is None:
         raise ConfigError(f"{name}: SPEC declares return_conditioned=True without a rollout_policy hook.")
+    if spec.online_config is not None and not spec.finetunable:
+        raise ConfigError(f"{name}: SPEC sets an online_config hook but is not finetunable.")
     if spec.online_extras_fill and spec.online_extras is None:
         raise ConfigError(f"{name}: SPEC sets online_extras_fill without an online_extras hook.")
     if spec.rollout_policy is not None:

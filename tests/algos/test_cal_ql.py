@@ -87,3 +87,42 @@ def test_penalty_weight_decays_exponentially_after_the_start_step():
     weights = [float(cql.penalty_weight(config, jnp.asarray(t))) for t in (0, 100, 150, 300)]
     assert weights == pytest.approx([4.0, 4.0, 4.0 * math.exp(-0.5), 4.0 * math.exp(-2.0)], rel=1e-6)
     assert float(cql.penalty_weight(cql.Config(cql_alpha=4.0), jnp.asarray(10_000))) == 4.0
+
+
+# ---------------------------------------------------------------------- CORL's two options
+def test_sparse_reward_bound_gives_failed_episodes_the_return_of_failing_forever():
+    """A sparse toy: episode A never reaches the goal (reward -1 every step), episode B does
+    (reward 0 at its last step). gamma = 0.9, so failing forever is worth -1 / 0.1 = -10."""
+    rewards = np.array([-1.0, -1.0, -1.0, -1.0, -1.0, 0.0], np.float32)
+    dones = np.array([0, 0, 1, 0, 0, 1], bool)
+    plain = cal_ql.monte_carlo_returns(rewards, dones, 0.9, sparse_reward_bound=False)
+    sparse = cal_ql.monte_carlo_returns(rewards, dones, 0.9, sparse_reward_bound=True)
+    # episode A cut at its end: -1 - 0.9 - 0.81 = -2.71, -1.9, -1; episode B: -1 - 0.9*1 ... by hand
+    np.testing.assert_allclose(plain, [-2.71, -1.9, -1.0, -1.9, -1.0, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(sparse, [-10.0, -10.0, -10.0, -1.9, -1.0, 0.0], rtol=1e-6)
+    # the online hook computes the same for one finished episode
+    config = cal_ql.Config(discount=0.9, sparse_reward_bound=True)
+    np.testing.assert_allclose(cal_ql.online_extras(rewards[:3], False, config)["mc_returns"], [-10.0] * 3, rtol=1e-6)
+    np.testing.assert_allclose(cal_ql.online_extras(rewards[3:], True, config)["mc_returns"], [-1.9, -1.0, 0.0], rtol=1e-6)
+
+
+def test_sparse_reward_bound_reaches_the_offline_arrays():
+    obs = np.zeros((6, 2), np.float32)
+    ds = Dataset.from_arrays(obs, np.zeros((6, 1), np.float32), np.array([-1, -1, -1, -1, -1, 0], np.float32),
+                             np.array([0, 0, 0, 0, 0, 1], bool), np.array([0, 0, 1, 0, 0, 0], bool), next_observations=obs)
+    for bound, expected in ((True, -10.0), (False, -2.71)):
+        config = cal_ql.Config(discount=0.9, sparse_reward_bound=bound)
+        data, _ = prepare_data(ds, config, None, cal_ql)
+        assert float(data["mc_returns"][0]) == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_bound_is_off_online_unless_calibrated_online():
+    from offrl.algos import algorithm_spec
+    from offrl.finetuning import FinetuneConfig, _online_config
+
+    spec = algorithm_spec("cal_ql")
+    assert spec.online_config is not None
+    for keep in (False, True):
+        offline = cal_ql.Config(calibrated_online=keep)
+        online = _online_config(cal_ql, offline, 100, FinetuneConfig())
+        assert offline.calibrated and online.calibrated is keep
