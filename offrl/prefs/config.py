@@ -55,7 +55,6 @@ def bounded(default, choices: tuple | None = None, gt: float | None = None, ge: 
     return param(default, OrNone(spec) if default is None else spec, flag=None if cli else False)
 
 
-_field = bounded  # the name offrl.prefs.task imports
 
 
 @dataclass(frozen=True)

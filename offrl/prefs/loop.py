@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from offrl.progress import ProgressBar
 from offrl.errors import ConfigError, DivergenceError
 from offrl.prefs.config import TrainConfig
 from offrl.prefs.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
@@ -207,14 +208,7 @@ def _run_loop(accelerator, model, tokenizer, lengths, collate, compute, config, 
             )
             epoch, skip = epoch + 1, 0
 
-    bar = None
-    if progress and accelerator.is_main_process:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        bar = Progress(TextColumn(f"[bold]{description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
-        bar.start()
-        task = bar.add_task(description, total=config.steps, completed=start_step, info="")
+    bar = ProgressBar(bool(progress and accelerator.is_main_process), total=config.steps, title=description, start=start_step)
     model.train()
     running: list[dict[str, torch.Tensor]] = []
     t0, examples = time.perf_counter(), 0
@@ -261,17 +255,15 @@ def _run_loop(accelerator, model, tokenizer, lengths, collate, compute, config, 
                 if accelerator.is_main_process:
                     append_bytes(metrics_path, (json.dumps(row) + "\n").encode())
                 running, examples, t0 = [], 0, time.perf_counter()
-                if bar is not None:
-                    bar.update(task, completed=done, info=f"loss {row['loss']:.4f}")
-            elif bar is not None:
-                bar.update(task, completed=done)
+                bar.update(done, f"loss {row['loss']:.4f}")
+            else:
+                bar.update(done)
             if config.save_every and done % config.save_every == 0 and done < config.steps:
                 accelerator.wait_for_everyone()
                 if accelerator.is_main_process:
                     save_checkpoint(ckpt_dir, accelerator.unwrap_model(model), tokenizer, optimizer, done)
     finally:
-        if bar is not None:
-            bar.stop()
+        bar.close()
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         final = accelerator.unwrap_model(model)

@@ -26,7 +26,7 @@ Tensor = torch.Tensor
 def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
-    _check_model_dir(path)
+    check_model_dir(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -41,7 +41,7 @@ def load_causal_lm(path: str, dtype: torch.dtype = torch.float32):
 
     from offrl.prefs.adapters import adapter_base, is_adapter_folder, load_adapter
 
-    _check_model_dir(path)
+    check_model_dir(path)
     if is_adapter_folder(path) and not os.path.exists(os.path.join(path, "config.json")):
         base = adapter_base(path)
         if not base or not os.path.isdir(base):
@@ -71,7 +71,7 @@ def check_safetensors_weights(path: str) -> None:
     raise ConfigError(f"--model {path} has no *.safetensors weights; pass a folder written by save_pretrained.")
 
 
-def _check_model_dir(path: str) -> None:
+def check_model_dir(path: str) -> None:
     from offrl.prefs.adapters import ADAPTER_CONFIG
 
     if os.path.isfile(os.path.join(path, ADAPTER_CONFIG)):

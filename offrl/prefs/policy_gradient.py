@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from offrl.progress import ProgressBar
 from offrl.errors import DivergenceError
 from offrl.prefs import rl_losses as R
 from offrl.prefs.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
@@ -198,14 +199,7 @@ def _run_policy_gradient(trainer, config, out, prompts, policy, reference, token
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    bar = None
-    if progress:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        bar = Progress(TextColumn(f"[bold]{trainer}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn())
-        bar.start()
-        task = bar.add_task(trainer, total=config.steps, completed=start, info="")
+    bar = ProgressBar(bool(progress), total=config.steps, title=trainer, start=start)
     running: list[dict[str, float]] = []
     t0, samples = time.perf_counter(), 0
     policy.train()
@@ -238,17 +232,14 @@ def _run_policy_gradient(trainer, config, out, prompts, policy, reference, token
                 for callback in callbacks:
                     callback(logged)
                 running, samples, t0 = [], 0, time.perf_counter()
-                if bar is not None:
-                    info = f"score {logged['objective/scores']:.3f} kl {logged['objective/kl']:.2f}"
-                    bar.update(task, completed=done, info=info)
-            elif bar is not None:
-                bar.update(task, completed=done)
+                bar.update(done, f"score {logged['objective/scores']:.3f} kl {logged['objective/kl']:.2f}")
+            else:
+                bar.update(done)
             if config.save_every and done % config.save_every == 0 and done < config.steps:
                 save_checkpoint(ckpt_dir, policy, tokenizer, optimizer, done, extra={"kl_coef": controller.coef},
                                 write_extra=lambda folder: _save_modules(folder, modules))
     finally:
-        if bar is not None:
-            bar.stop()
+        bar.close()
         log.close()
     final = os.path.join(out, "model")
     policy.save_pretrained(final)

@@ -26,7 +26,7 @@ from offrl.prefs import losses as L
 from offrl.prefs.config import RewardModelConfig
 from offrl.prefs.data import TokenizedPreferences
 from offrl.prefs.loop import make_accelerator, run_loop, write_json
-from offrl.prefs.modeling import (_check_model_dir, check_safetensors_weights, collate_pairs, collate_sequences,
+from offrl.prefs.modeling import (check_model_dir, check_safetensors_weights, collate_pairs, collate_sequences,
                                   disable_dropout, load_tokenizer)
 from offrl.prefs.runs import TrainResult, finish_run, prepare_data, resume_weights, start_run
 
@@ -35,7 +35,7 @@ def load_reward_model(path: str, heads: int | None = None):
     """A sequence-classification model with ``heads`` scalar outputs and its tokenizer."""
     from transformers import AutoModelForSequenceClassification
 
-    _check_model_dir(path)
+    check_model_dir(path)
     check_safetensors_weights(path)
     tokenizer = load_tokenizer(path)
     kwargs = {"num_labels": heads} if heads else {}
@@ -157,7 +157,7 @@ def reward_model_folders(path: str) -> list[str]:
     if os.path.exists(os.path.join(path, "ensemble.json")):
         with open(os.path.join(path, "ensemble.json")) as fh:
             return [os.path.join(path, m) for m in json.load(fh)["members"]]
-    _check_model_dir(path)
+    check_model_dir(path)
     return [path]
 
 

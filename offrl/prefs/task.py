@@ -24,7 +24,7 @@ import random
 from dataclasses import asdict, dataclass
 
 from offrl.errors import ConfigError
-from offrl.prefs.config import _field, check_config
+from offrl.prefs.config import bounded, check_config
 
 TASKS = ("sort", "reverse", "sum")
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -53,15 +53,15 @@ class TaskConfig:
     """
 
     tasks: tuple[str, ...] = ("sort", "reverse")
-    min_digits: int = _field(3, gt=0)
-    max_digits: int = _field(6, gt=0)
-    train_prompts: int = _field(4000, gt=0)
-    eval_prompts: int = _field(200, gt=0)
-    demo_noise: float = _field(0.4, ge=0, le=1)
-    hidden_size: int = _field(64, gt=0)
-    layers: int = _field(2, gt=0)
-    heads: int = _field(4, gt=0)
-    intermediate_size: int = _field(256, gt=0)
+    min_digits: int = bounded(3, gt=0)
+    max_digits: int = bounded(6, gt=0)
+    train_prompts: int = bounded(4000, gt=0)
+    eval_prompts: int = bounded(200, gt=0)
+    demo_noise: float = bounded(0.4, ge=0, le=1)
+    hidden_size: int = bounded(64, gt=0)
+    layers: int = bounded(2, gt=0)
+    heads: int = bounded(4, gt=0)
+    intermediate_size: int = bounded(256, gt=0)
     seed: int = 0
 
     def __post_init__(self) -> None:
