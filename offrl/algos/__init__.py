@@ -14,7 +14,8 @@ from offrl.errors import ConfigError
 
 #: names in the order of ``offrl train --help``.
 ALGORITHM_NAMES = ("bc", "td3", "td3_bc", "iql", "cql", "cal_ql", "awac", "bcq", "dt", "tt", "diffuser",
-                   "discrete_bc", "dqn", "double_dqn", "discrete_cql", "discrete_bcq", "discrete_iql")
+                   "discrete_bc", "dqn", "double_dqn", "discrete_cql", "discrete_bcq", "discrete_iql",
+                   "mopo", "mobile", "combo")
 
 
 class _Registry(Mapping):
