@@ -106,8 +106,9 @@ class DynamicsSettings:
 
 
 def check_settings(settings) -> None:
-    """Refuse an ensemble with fewer members than elites."""
-    if settings.num_elites > settings.ensemble_size:
+    """Refuse an ensemble with fewer members than elites (values of the wrong type are left to the range check)."""
+    members, elites = settings.ensemble_size, settings.num_elites
+    if isinstance(members, int) and isinstance(elites, int) and 1 <= members < elites:
         raise ConfigError(f"config field 'num_elites' ({settings.num_elites}) exceeds 'ensemble_size' "
                           f"({settings.ensemble_size}); set e.g. --set num_elites={settings.ensemble_size}.")
 
