@@ -29,7 +29,9 @@ def tiny_config(module):
         if name in fields:
             overrides[name] = "32,32"
     for name, value in (("n_actions", "4"), ("bc_warmup_steps", "50"), ("schedule_steps", "1000"),
-                        ("warmup_steps", "10"), ("embed_dim", "32"), ("context_length", "5")):
+                        ("warmup_steps", "10"), ("embed_dim", "32"), ("context_length", "5"),
+                        ("rollout_starts", "64"), ("rollout_every", "10"), ("model_hidden_dims", "32,32"),
+                        ("ensemble_size", "3"), ("num_elites", "2"), ("model_max_epochs", "20"), ("num_qs", "3")):
         if name in fields:
             overrides[name] = value
     return apply_overrides(module.Config(), overrides)

@@ -1,0 +1,32 @@
+"""Shared pieces of the model-based algorithm tests: an ensemble whose members predict hand-chosen constants
+(the contract test's small model sizes are in test_algorithm_behaviour.tiny_config)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from offrl import dynamics as dyn
+
+def soft_bounded_logvar(raw):
+    """The member's log-variance for a raw output ``raw`` with the initial bounds 0.5 and -10."""
+    softplus = lambda x: np.log1p(np.exp(x))  # noqa: E731
+    v = 0.5 - softplus(0.5 - raw)
+    return -10.0 + softplus(v + 10.0)
+
+
+def constant_ensemble(settings, obs_dim, action_dim, means, raw_logvars, elites=None):
+    """A :class:`offrl.dynamics.Dynamics` whose member ``i`` predicts ``(s' - s, r)`` mean ``means[i]``
+    and log-variance ``soft_bounded_logvar(raw_logvars[i])`` everywhere (zero kernels, set biases)."""
+    model = dyn.init_dynamics(settings, obs_dim, action_dim, jax.random.PRNGKey(0))
+    member = dict(model.params["params"]["VmapGaussianMember_0"])
+    last = f"Dense_{len(settings.model_hidden_dims)}"
+    member = {k: ({"kernel": jnp.zeros_like(v["kernel"]), "bias": v["bias"]} if k.startswith("Dense_") else v)
+              for k, v in member.items()}
+    m = settings.ensemble_size
+    bias = jnp.concatenate([jnp.asarray(means, jnp.float32), jnp.asarray(raw_logvars, jnp.float32),
+                            jnp.full((m, 1), -20.0)], -1)
+    member[last] = {"kernel": member[last]["kernel"], "bias": bias}
+    model = model.replace(params={"params": {"VmapGaussianMember_0": member}})
+    if elites is not None:
+        model = model.replace(elites=jnp.asarray(elites))
+    return model
