@@ -146,6 +146,18 @@ def resumed_config(module, record: dict, folder: Path, overrides: Mapping[str, A
     return config
 
 
+def _remove_if_empty(folder: Path) -> None:
+    """Remove ``folder`` when it holds nothing but its lock file (and empty subfolders)."""
+    from offrl.locking import LOCK_NAME
+
+    files = [p for p in folder.rglob("*") if p.is_file() and p.name != LOCK_NAME]
+    if files:
+        return
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _shape(dataset, env_id: str | None) -> tuple[int, int, int]:
     """``(obs_dim, action_dim, num_actions)`` of a dataset as the engine sees it (see :class:`DataInfo`)."""
     from offrl.engine.data import data_info
@@ -309,11 +321,17 @@ def train(
     check_run_counts(steps=steps, seeds=seeds, eval_every=eval_every, log_every=log_every)
     if resume and (folder is None or not (folder / "config.json").exists()):
         raise ConfigError(f"--resume needs an existing run folder with config.json, but {folder} has none; drop --resume to start a new run.")
-    with RunLock(folder) if folder is not None else contextlib.nullcontext():
-        return _train_locked(module, algo, folder, dataset=dataset, steps=steps, seeds=seeds, seed=seed, eval_every=eval_every,
-                             eval_episodes=eval_episodes, config_overrides=config_overrides, env=env, resume=resume,
-                             log_every=log_every, tensorboard=tensorboard, wandb=wandb, progress=progress, stop_at=stop_at,
-                             keep_checkpoints=keep_checkpoints, devices=devices)
+    created = folder is not None and not folder.exists()
+    try:
+        with RunLock(folder) if folder is not None else contextlib.nullcontext():
+            return _train_locked(module, algo, folder, dataset=dataset, steps=steps, seeds=seeds, seed=seed,
+                                 eval_every=eval_every, eval_episodes=eval_episodes, config_overrides=config_overrides, env=env, resume=resume,
+                                 log_every=log_every, tensorboard=tensorboard, wandb=wandb, progress=progress, stop_at=stop_at,
+                                 keep_checkpoints=keep_checkpoints, devices=devices)
+    except BaseException:
+        if created:  # a run refused before it started leaves no folder behind
+            _remove_if_empty(folder)
+        raise
 
 
 def _train_locked(module, algo: str, folder: Path | None, *, dataset, steps, seeds, seed, eval_every, eval_episodes,

@@ -23,11 +23,13 @@ def offline_runs(tmp_path_factory, pendulum_small):
     root = tmp_path_factory.mktemp("o2o")
     path = data.save(pendulum_small.replace(metadata={**pendulum_small.metadata, "env_id": "Pendulum-v1"}), root / "pend.hdf5")
     runs = {}
-    for algo, extra in (("cql", {"n_actions": "2", "bc_warmup_steps": "10"}), ("cal_ql", {"n_actions": "2", "bc_warmup_steps": "10"}),
-                        ("td3_bc", {}), ("iql", {})):
-        engine.train(algo, str(path), steps=40, seeds=2, eval_every=40, eval_episodes=1, log_every=20, out=root / algo,
+    for name, algo, extra in (("cql", "cql", {"n_actions": "2", "bc_warmup_steps": "10"}),
+                              ("cal_ql", "cal_ql", {"n_actions": "2", "bc_warmup_steps": "10"}),
+                              ("cal_ql_online", "cal_ql", {"n_actions": "2", "bc_warmup_steps": "10", "calibrated_online": "true"}),
+                              ("td3_bc", "td3_bc", {}), ("iql", "iql", {})):
+        engine.train(algo, str(path), steps=40, seeds=2, eval_every=40, eval_episodes=1, log_every=20, out=root / name,
                      config_overrides={**TINY, **extra}, progress=False)
-        runs[algo] = root / algo
+        runs[name] = root / name
     return runs
 
 
@@ -65,9 +67,9 @@ def test_bad_input_is_one_line_exit_2_and_leaves_the_run_untouched(offline_runs,
 
 def test_resume_after_a_kill_equals_the_uninterrupted_run(offline_runs, tmp_path):
     kwargs = dict(**SHORT, mix_ratio=0.5, progress=False)
-    full = finetune(offline_runs["cal_ql"], out=tmp_path / "full", **kwargs)
-    finetune(offline_runs["cal_ql"], out=tmp_path / "killed", stop_at=60, **kwargs)
-    resumed = finetune(offline_runs["cal_ql"], out=tmp_path / "killed", resume=True, **kwargs)
+    full = finetune(offline_runs["cal_ql_online"], out=tmp_path / "full", **kwargs)
+    finetune(offline_runs["cal_ql_online"], out=tmp_path / "killed", stop_at=60, **kwargs)
+    resumed = finetune(offline_runs["cal_ql_online"], out=tmp_path / "killed", resume=True, **kwargs)
     assert all(np.array_equal(a, b) for a, b in zip(_leaves(full.agent), _leaves(resumed.agent)))
     rows = lambda r: [(x["step"], x["seed"], x.get("eval/return")) for x in r.metrics]  # noqa: E731
     assert rows(full) == rows(resumed)
@@ -76,7 +78,8 @@ def test_resume_after_a_kill_equals_the_uninterrupted_run(offline_runs, tmp_path
 @pytest.mark.parametrize("algo,options", [
     ("cql", {"mix_ratio": 0.0}),                       # the naive continuation: online data only
     ("cql", {"mix_ratio": 0.5, "alpha_decay": 0.01}),  # replay mixing + alpha decay
-    ("cal_ql", {"mix_ratio": 0.5}),                    # Cal-QL: MC returns of the online episodes
+    ("cal_ql", {"mix_ratio": 0.5}),                    # Cal-QL: plain CQL online (CORL's default)
+    ("cal_ql_online", {"mix_ratio": 0.5}),             # Cal-QL with calibrated_online: MC returns of the online episodes
     ("td3_bc", {"mix_ratio": 0.25, "bc_anneal_steps": 60}),  # annealed BC
     ("iql", {"mix_ratio": 0.5, "utd": 2}),
 ])
@@ -95,7 +98,9 @@ def test_each_remedy_runs_and_logs_across_the_boundary(offline_runs, tmp_path, a
     last = [r for r in online if r["env_step"] == 120][0]
     if "alpha_decay" in options:  # cql_alpha * exp(-0.01 * updates since the boundary)
         assert last["cql_alpha"] < 5.0 * np.exp(-0.01 * 40)
-    if algo == "cal_ql":
+    if algo == "cal_ql":  # the bound is off online unless calibrated_online
+        assert "calql_bound_rate" not in last
+    if algo == "cal_ql_online":
         assert 0.0 <= last["calql_bound_rate"] <= 1.0
     # the source run is a complete run folder the engine can still load
     assert engine.load_run(offline_runs[algo]).step == 40
