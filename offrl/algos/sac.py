@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl import losses
+from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, scalar_train_state
 from offrl.algos.ranges import ANY_REAL, DISCOUNT, LEARNING_RATE, POLYAK, POSITIVE, POSITIVE_INT, WIDTHS, OrNone, param
 from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_sample
@@ -171,3 +172,8 @@ def act(agent: Agent, observations: jax.Array) -> jax.Array:
 
 
 q_value = min_q_value
+
+
+#: SAC is the online behaviour learner of ``offrl collect train-behavior`` (not a registered offline
+#: algorithm); its spec lets the online learner read its hooks like any algorithm's.
+SPEC = AlgorithmSpec(name="sac", explore=sample_actions)

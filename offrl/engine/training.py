@@ -146,6 +146,31 @@ def resumed_config(module, record: dict, folder: Path, overrides: Mapping[str, A
     return config
 
 
+def check_batch_size(config, rows: int, obs_dim: int, action_dim: int) -> None:
+    """Refuse, in one line, a ``batch_size`` whose minibatch cannot fit in this machine's memory
+    (estimated as ``4 bytes x batch x (2 obs_dim + action_dim + 4 + 16 x the widest layer)``, against
+    half the physical memory); warn when it exceeds the dataset (rows are drawn with replacement)."""
+    import os
+    import warnings
+
+    from offrl.data.checks import DatasetWarning
+
+    batch = int(config.batch_size)
+    widths = [w for name in ("hidden_dims", "critic_hidden_dims", "actor_hidden_dims")
+              for w in (getattr(config, name, None) or ())]
+    need = 4 * batch * (2 * obs_dim + action_dim + 4 + 16 * max(widths or [256]))
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - platforms without sysconf
+        total = None
+    if total and need > total / 2:
+        raise ConfigError(f"batch_size {batch} needs about {need / 1e9:,.0f} GB per minibatch, more than half of this "
+                          f"machine's {total / 1e9:.0f} GB; pass e.g. --set batch_size={min(256, rows)}.")
+    if batch > rows:
+        warnings.warn(f"batch_size {batch} is larger than the dataset ({rows} transitions); minibatches are drawn "
+                      "with replacement, so rows repeat within a batch.", DatasetWarning, stacklevel=3)
+
+
 def _remove_if_empty(folder: Path) -> None:
     """Remove ``folder`` when it holds nothing but its lock file (and empty subfolders)."""
     from offrl.locking import LOCK_NAME
@@ -360,9 +385,7 @@ def _train_locked(module, algo: str, folder: Path | None, *, dataset, steps, see
     if previous is None:
         config = dataset_config(module, config, ds, env_id)
     check_data_fits_env(env_id, *_shape(ds, env_id), source=describe_dataset(ds, dataset))
-    if int(config.batch_size) > len(ds):
-        raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({len(ds)} transitions); "
-                          f"pass e.g. --set batch_size={min(256, len(ds))}.")
+    check_batch_size(config, len(ds), *_shape(ds, env_id)[:2])
     data, info = prepare_data(ds, config, env_id, module)
     settings = run_settings(ds, dataset, env_id, steps=steps, seeds=seeds, seed=seed, eval_every=eval_every,
                             eval_episodes=eval_episodes, log_every=log_every,

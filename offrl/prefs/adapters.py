@@ -8,7 +8,7 @@ its adapter switched off (:class:`AdapterDisabled`), so no second copy of the we
 Example::
 
     from offrl.prefs.config import parse_lora
-    policy = load_policy("runs/sft/model", "runs/sft/model", parse_lora("8,16,0.05"))
+    policy = offrl.prefs.modeling.load_policy("runs/sft/model", "runs/sft/model", parse_lora("8,16,0.05"))
     reference = AdapterDisabled(policy)           # log pi_ref = the base's log-probs
 """
 
@@ -105,18 +105,6 @@ def load_adapter(base_model, adapter: str, base_path: str, trainable: bool = Fal
     except RuntimeError as err:  # size mismatches: an adapter of another model
         raise ConfigError(f"the adapter {adapter} does not fit --model {base_path} ({str(err).splitlines()[0]}); "
                           "pass the base model it was trained on.") from None
-
-
-def load_policy(model: str, weights: str, lora: LoraSpec | None, seed: int = 0):
-    """The policy to train: ``weights`` (the starting model, or a checkpoint's ``model/`` when resuming),
-    with a fresh LoRA adapter on ``model`` when ``lora`` is given, or the checkpoint's adapter when
-    ``weights`` is an adapter folder."""
-    from offrl.prefs.modeling import load_causal_lm
-
-    if is_adapter_folder(weights) and lora is not None and os.path.abspath(weights) != os.path.abspath(model):
-        return load_adapter(load_causal_lm(model), weights, model, trainable=True)  # resuming an adapter run
-    policy = load_causal_lm(weights)
-    return apply_lora(policy, lora, model, seed=seed) if lora is not None else policy
 
 
 def is_adapted(model) -> bool:

@@ -55,6 +55,18 @@ def load_causal_lm(path: str, dtype: torch.dtype = torch.float32):
     return model
 
 
+def load_policy(model: str, weights: str, lora=None, seed: int = 0):
+    """The policy to train: ``weights`` (the starting model, or a checkpoint's ``model/`` when resuming),
+    with a fresh LoRA adapter on ``model`` when ``lora`` is given, or the checkpoint's adapter when
+    ``weights`` is an adapter folder."""
+    from offrl.prefs.adapters import apply_lora, is_adapter_folder, load_adapter
+
+    if is_adapter_folder(weights) and lora is not None and os.path.abspath(weights) != os.path.abspath(model):
+        return load_adapter(load_causal_lm(model), weights, model, trainable=True)  # resuming an adapter run
+    policy = load_causal_lm(weights)
+    return apply_lora(policy, lora, model, seed=seed) if lora is not None else policy
+
+
 def check_safetensors_weights(path: str) -> None:
     """Refuse, in one sentence, a model folder whose weights exist only as PyTorch ``.bin``
     files: those are pickles, which can run code when loaded, so offrl loads safetensors only."""

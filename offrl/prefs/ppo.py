@@ -56,7 +56,8 @@ def load_policy_and_reference(model: str, out: str, resume: bool, prompts: Seque
     """The policy (from the newest checkpoint when resuming), the frozen reference (the starting
     model; with ``lora``, the policy with its adapter disabled) and the tokenizer; refuses prompts that
     do not fit the context with the response."""
-    from offrl.prefs.adapters import AdapterDisabled, load_policy
+    from offrl.prefs.adapters import AdapterDisabled
+    from offrl.prefs.modeling import load_policy
     from offrl.prefs.config import parse_lora
 
     device = _device()

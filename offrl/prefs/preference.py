@@ -24,7 +24,8 @@ import random
 import torch
 
 from offrl.prefs import losses as L
-from offrl.prefs.adapters import AdapterDisabled, finish_adapter, load_policy
+from offrl.prefs.adapters import AdapterDisabled, finish_adapter
+from offrl.prefs.modeling import load_policy
 from offrl.prefs.config import PREFERENCE_LOSSES, REFERENCE_FREE, PreferenceConfig, parse_lora
 from offrl.prefs.data import TokenizedPreferences
 from offrl.prefs.evaluation import implicit_reward_metrics, kto_eval_metrics, sampled_kl

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from offrl.prefs import losses as L
-from offrl.prefs.adapters import finish_adapter, load_policy
+from offrl.prefs.adapters import finish_adapter
+from offrl.prefs.modeling import load_policy
 from offrl.prefs.config import SFTConfig, parse_lora
 from offrl.prefs.data import TokenizedPreferences
 from offrl.prefs.loop import make_accelerator, run_loop

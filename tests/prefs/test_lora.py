@@ -51,7 +51,8 @@ def test_lora_sft_trains_only_the_adapter_and_reloads_exactly(tiny_task, tmp_pat
     from safetensors.torch import load_file
 
     from offrl.prefs import SFTConfig, train_sft
-    from offrl.prefs.adapters import AdapterDisabled, load_policy
+    from offrl.prefs.adapters import AdapterDisabled
+    from offrl.prefs.modeling import load_policy
     from offrl.prefs.modeling import load_causal_lm, load_tokenizer
 
     out = tmp_path / "sft_lora"

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from pendulum_data import make_pendulum_dataset  # noqa: E402
 
 from offrl import engine  # noqa: E402
+from offrl.data.checks import DatasetWarning  # noqa: E402
 from offrl.errors import ConfigError  # noqa: E402
 
 TINY = {"hidden_dims": "32,32", "batch_size": "32"}
@@ -102,6 +103,9 @@ def test_evaluate_in_the_wrong_env_is_refused(tmp_path, data):
         engine.evaluate(tmp_path / "run", episodes=1, env="MountainCarContinuous-v0")
 
 
-def test_a_batch_larger_than_the_dataset_is_refused(tmp_path, data):
-    with pytest.raises(ConfigError, match=r"batch_size 99999999999 is larger than the dataset \(\d+ transitions\)"):
+def test_a_batch_beyond_memory_is_refused_and_one_beyond_the_dataset_warns(tmp_path, data):
+    with pytest.raises(ConfigError, match=r"batch_size 99999999999 needs about [\d,]+ GB per minibatch, more than half"):
         engine.train("bc", data, steps=20, out=tmp_path / "run", config_overrides={"batch_size": "99999999999"}, **KW)
+    assert not (tmp_path / "run").exists()
+    with pytest.warns(DatasetWarning, match=r"batch_size 1000 is larger than the dataset \(\d+ transitions\)"):
+        engine.train("bc", data, steps=20, out=tmp_path / "ok", config_overrides={"hidden_dims": "32,32", "batch_size": "1000"}, **KW)
