@@ -234,6 +234,7 @@ def finetune(run: str | Path, steps: int | None = None, env: str | None = None, 
     settings_ft = {**settings, "env": env_id, "source_run": str(source), "offline_steps": offline_step,
                    **{f"finetune_{k}": v for k, v in dataclasses.asdict(ft).items()}}
     online_record = {"algo": record["algo"], "phase": "online", "config": config_to_dict(online_config),
+                     "offline_config": config_to_dict(offline_config),
                      "settings": settings_ft, "data": record["data"], "offrl_version": record.get("offrl_version")}
     try:
         with RunLock(folder):

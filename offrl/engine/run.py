@@ -127,6 +127,15 @@ def load_run(path: str | Path, with_agent: bool = True, step: int | None = None)
     if not with_agent:
         return Run(folder, record["algo"], config, settings, info, None, metrics)
     agents, data_keys = create_agents(module, config, info.obs_dim, info.action_dim, settings["seed"], settings["seeds"])
+    if record.get("phase") == "online" and "offline_config" in record:
+        # a fine-tuning run's optimisers carry the offline ones' state (offrl.engine.online.carry_over),
+        # so its checkpoint has that structure, not a fresh online agent's
+        from offrl.engine.online import carry_over
+
+        offline_config = config_from_dict(module.Config, record["offline_config"])
+        trained, _ = create_agents(module, offline_config, info.obs_dim, info.action_dim, settings["seed"], settings["seeds"])
+        warmup = int(settings.get("finetune_lr_warmup_steps", 0)) * int(settings.get("finetune_utd", 1))
+        agents = carry_over(agents, trained, warmup)
     latest = latest_checkpoint(folder / "checkpoints")
     if latest is None:
         raise OffrlError(f"{folder} has no checkpoint yet (checkpoints/latest.json is missing); train it longer or --resume it.")

@@ -123,3 +123,6 @@ def test_finetuning_an_iql_run_keeps_its_actor_moments(offline_runs, tmp_path):
     assert int(np.asarray(after.count)[0]) == offline.step == 40
     assert all(np.array_equal(a, b) for a, b in zip(_leaves(before.mu), _leaves(after.mu)))
     assert all(np.array_equal(a, b) for a, b in zip(_leaves(before.nu), _leaves(after.nu)))
+    # the fine-tuning folder reloads (its optimiser structure is the carried-over one) and evaluates
+    reloaded = engine.load_run(tmp_path / "ft")
+    assert all(np.array_equal(a, b) for a, b in zip(_leaves(reloaded.agent), _leaves(result.agent)))
