@@ -130,7 +130,7 @@ def load_run(path: str | Path, with_agent: bool = True, step: int | None = None)
     if record.get("phase") == "online" and "offline_config" in record:
         # a fine-tuning run's optimisers carry the offline ones' state (offrl.engine.online.carry_over),
         # so its checkpoint has that structure, not a fresh online agent's
-        from offrl.engine.online import carry_over
+        from offrl.engine.carry import carry_over
 
         offline_config = config_from_dict(module.Config, record["offline_config"])
         trained, _ = create_agents(module, offline_config, info.obs_dim, info.action_dim, settings["seed"], settings["seeds"])
