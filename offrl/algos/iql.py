@@ -65,13 +65,14 @@ class Agent(flax.struct.PyTreeNode):
     hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
-def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
+def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array, value_net: ValueNet | None = None) -> Agent:
+    """The agent; ``value_net`` replaces the default ``ValueNet`` (XQL's has LayerNorm)."""
     actor_key, critic_key, value_key, rng = jax.random.split(key, 4)
     obs = jnp.zeros((1, obs_dim))
     act = jnp.zeros((1, action_dim))
     actor_net = GaussianActor(action_dim, config.hidden_dims, tanh_squash=False, state_dependent_std=False)
     critic_net = EnsembleCritic(config.hidden_dims, num_qs=config.num_qs)
-    value_net = ValueNet(config.hidden_dims)
+    value_net = value_net or ValueNet(config.hidden_dims)
     actor_lr = config.actor_lr
     if config.cosine_actor_lr:
         actor_lr = optax.cosine_decay_schedule(config.actor_lr, max(1, config.schedule_steps or 1_000_000))

@@ -39,16 +39,15 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from offrl import losses
 from offrl.algos import iql
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value
+from offrl.algos.common import Batch, apply_gradients_with_loss, min_q_value
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.iql import Agent
 from offrl.algos.ranges import (ANY_REAL, BOOL, DISCOUNT, LEARNING_RATE, OrNone, POLYAK, POSITIVE, POSITIVE_INT,
                                 REWARD_SCALING, WIDTHS, param)
-from offrl.nets import EnsembleCritic, GaussianActor, ValueNet
+from offrl.nets import ValueNet
 
 __all__ = ["Config", "Agent", "create", "update", "act", "explore", "q_value", "gumbel_loss", "value_loss",
            "critic_loss", "actor_loss"]
@@ -79,24 +78,8 @@ class Config:
 
 
 def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
-    actor_key, critic_key, value_key, rng = jax.random.split(key, 4)
-    obs, act_ = jnp.zeros((1, obs_dim)), jnp.zeros((1, action_dim))
-    actor_net = GaussianActor(action_dim, tuple(config.hidden_dims), tanh_squash=False, state_dependent_std=False)
-    critic_net = EnsembleCritic(tuple(config.hidden_dims), num_qs=config.num_qs)
-    value_net = ValueNet(tuple(config.hidden_dims), layer_norm=config.value_layer_norm)
-    actor_lr = config.actor_lr
-    if config.cosine_actor_lr:
-        actor_lr = optax.cosine_decay_schedule(config.actor_lr, max(1, config.schedule_steps or 1_000_000))
-    critic_params = critic_net.init(critic_key, obs, act_)
-    return Agent(
-        actor=make_train_state(actor_net, actor_net.init(actor_key, obs), actor_lr),
-        critic=make_train_state(critic_net, critic_params, config.critic_lr),
-        value=make_train_state(value_net, value_net.init(value_key, obs), config.value_lr),
-        target_critic_params=critic_params,
-        rng=rng,
-        step=jnp.zeros((), jnp.int32),
-        config=config,
-    )
+    """IQL's agent with a LayerNorm value network (``value_layer_norm``)."""
+    return iql.create(config, obs_dim, action_dim, key, value_net=ValueNet(tuple(config.hidden_dims), layer_norm=config.value_layer_norm))
 
 
 # ---------------------------------------------------------------------- losses
