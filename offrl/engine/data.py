@@ -125,9 +125,52 @@ def check_action_family(module, info: DataInfo, source: str = "the dataset") -> 
                       f"use a {have} one: {', '.join(algorithm_names(action_space=have))}.")
 
 
+def device_free_bytes(device=None) -> tuple[int | None, str]:
+    """``(bytes free, device name)`` where the engine puts its arrays: an accelerator's
+    ``bytes_limit - bytes_in_use`` (``jax.Device.memory_stats``); on the CPU, whose arrays live in
+    host memory, the kernel's ``MemAvailable``. ``None`` when the platform reports neither."""
+    import jax
+
+    device = device or jax.devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), str(device)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, f"{device} (host memory)"
+    except OSError:  # pragma: no cover - platforms without /proc
+        pass
+    return None, str(device)
+
+
+def array_bytes(rows: int, info: DataInfo) -> int:
+    """Bytes of the engine's transition arrays for ``rows`` transitions (float32; int32 actions
+    when discrete): observations and next observations, actions, rewards, masks."""
+    action_width = 1 if info.discrete else info.action_dim
+    return 4 * rows * (2 * info.obs_dim + action_width + 2)
+
+
+def check_fits_device(rows: int, info: DataInfo, source: str = "the dataset", free=None) -> None:
+    """Refuse, in one line and before anything is written, a dataset whose arrays cannot all be
+    put on the device. offrl samples minibatches on the device from device-resident arrays and
+    has no host-resident sampling path, so the fix is a smaller file or a device with more memory.
+    ``free`` (``(bytes, name)``) overrides :func:`device_free_bytes` (tests)."""
+    need = array_bytes(rows, info)
+    have, name = free if free is not None else device_free_bytes()
+    # the arrays, plus one host temporary of the widest key while they are made
+    if have is not None and need + 4 * rows * max(info.obs_dim, 1) > 0.9 * have:
+        raise ConfigError(f"{source}: its {rows:,} transitions need {need / 1e9:,.2f} GB of arrays on {name}, "
+                          f"which has {have / 1e9:,.2f} GB free; offrl keeps the whole dataset on the device and "
+                          "has no host-resident sampling path, so train on a smaller file (fewer transitions) "
+                          "or on a device with more memory.")
+
+
 def prepare_data(dataset, config, env_id: str | None = None, module=None):
     """``(device_arrays, DataInfo)``: the transition arrays in agent units, plus the arrays of
-    ``module``'s ``extra_arrays`` hook when its spec has one."""
+    ``module``'s ``extra_arrays`` hook when its spec has one. Refuses (:func:`check_fits_device`)
+    a dataset whose arrays do not fit in the device's free memory."""
     import jax.numpy as jnp
 
     from offrl.algos import algorithm_spec
@@ -135,6 +178,7 @@ def prepare_data(dataset, config, env_id: str | None = None, module=None):
     info = data_info(dataset, config, env_id)
     check_action_family(module, info, getattr(dataset, "source", "the dataset"))
     n = len(dataset)
+    check_fits_device(n, info, getattr(dataset, "source", "the dataset"))
     normalize = bool(getattr(config, "normalize_observations", False))
     mean, std = np.asarray(info.obs_mean, np.float32), np.asarray(info.obs_std, np.float32)
 

@@ -109,3 +109,30 @@ def test_a_batch_beyond_memory_is_refused_and_one_beyond_the_dataset_warns(tmp_p
     assert not (tmp_path / "run").exists()
     with pytest.warns(DatasetWarning, match=r"batch_size 1000 is larger than the dataset \(\d+ transitions\)"):
         engine.train("bc", data, steps=20, out=tmp_path / "ok", config_overrides={"hidden_dims": "32,32", "batch_size": "1000"}, **KW)
+
+
+def test_arrays_that_do_not_fit_the_device_are_refused_before_the_folder_is_written(tmp_path, data, monkeypatch):
+    from offrl.engine import data as engine_data
+
+    rows = len(data)
+    need = 4 * rows * (2 * 3 + 1 + 2)  # Pendulum: 3-dim observations, 1-dim actions, rewards, masks
+    info = engine_data.data_info(data, None, None)
+    assert engine_data.array_bytes(rows, info) == need
+    # free memory just below the arrays plus their temporary: refused, naming the sizes and the fix
+    monkeypatch.setattr(engine_data, "device_free_bytes", lambda device=None: (need, "cuda:0"))
+    with pytest.raises(ConfigError, match=rf"its {rows:,} transitions need [\d.]+ GB of arrays on cuda:0, which has "
+                                          r"[\d.]+ GB free; .*no host-resident sampling path.*smaller file"):
+        engine.train("bc", data, steps=20, out=tmp_path / "run", config_overrides=TINY, **KW)
+    assert not (tmp_path / "run").exists()
+    # ample memory: trains
+    monkeypatch.setattr(engine_data, "device_free_bytes", lambda device=None: (100 * need, "cuda:0"))
+    engine.train("bc", data, steps=20, out=tmp_path / "ok", config_overrides=TINY, **KW)
+    assert (tmp_path / "ok" / "config.json").exists()
+
+
+def test_device_free_bytes_reports_this_machine():
+    from offrl.engine.data import device_free_bytes
+
+    free, name = device_free_bytes()
+    assert free is None or free > 0
+    assert "cpu" in name or "cuda" in name or "gpu" in name or "tpu" in name
