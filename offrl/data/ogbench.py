@@ -208,7 +208,7 @@ def load_ogbench(path, task: int | None = None, env_id: str | None = None, check
              f"'<env>-<type>-singletask-task<N>-v0' (or pass task=N) for a task's rewards.")
     arrays.pop("masks", None)
     terminals = masks == 0
-    metadata = {"format": "ogbench", "generator": "ogbench", "ogbench_form": form, "rewards": how,
+    metadata = {"format": "ogbench", "ogbench_form": form, "rewards": how,
                 "next_observations": "observations[t+1] within each trajectory (ogbench.load_dataset)"}
     env_for_eval = task_env or base_env
     if env_for_eval:
@@ -289,40 +289,27 @@ def _transitions(raw: dict, source: str):
         if raw["next_observations"].shape != obs.shape:
             raise DatasetError(f"{source}: key 'next_observations' has shape {raw['next_observations'].shape} but "
                                f"'observations' has {obs.shape}; both must hold one state per row.")
-        keep = np.ones(n, bool)
-        nxt = raw["next_observations"]
-        ends = term
+        rows, nxt, ends = np.arange(n), raw["next_observations"], term
     else:
         if "valids" in raw:
             form = "compact"
-            keep = raw["valids"]
-            if keep[-1]:
+            if raw["valids"][-1]:
                 raise DatasetError(f"{source}: key 'valids' is 1 on the last row, which has no successor; the file is "
                                    f"truncated, or 'valids' must be 0 on each trajectory's last stored row.")
-            ends_all = term
+            rows = np.flatnonzero(raw["valids"])
+            ends = term[rows]
         else:
             form = "raw"
             if not term[-1]:
                 raise DatasetError(f"{source}: key 'terminals' is 0 on the last row ({n - 1}), so its trajectory has no "
                                    f"end; the file is truncated, download or generate it again.")
-            keep = ~term
-            ends_all = np.concatenate([term[1:], [True]])
-        idx = np.flatnonzero(keep)
-        nxt = obs[idx + 1]
-        ends = ends_all[idx]
-        keep_rows = idx
-        arrays = {"observations": obs[keep_rows], "actions": raw["actions"][keep_rows], "next_observations": nxt}
-        for key in ("rewards", "masks"):
-            if key in raw:
-                arrays[key] = raw[key][keep_rows]
-        infos = {k: raw[k][keep_rows] for k in INFO_KEYS if k in raw}
-        return arrays, ends.astype(bool), infos, form
-    arrays = {"observations": obs, "actions": raw["actions"], "next_observations": nxt}
-    for key in ("rewards", "masks"):
-        if key in raw:
-            arrays[key] = raw[key]
-    infos = {k: raw[k] for k in INFO_KEYS if k in raw}
-    return arrays, ends.astype(bool), infos, form
+            rows = np.flatnonzero(~term)
+            ends = term[rows + 1]
+        nxt = obs[rows + 1]
+    arrays = {"observations": obs[rows], "actions": raw["actions"][rows], "next_observations": nxt[rows] if form == "regular" else nxt}
+    arrays.update({k: raw[k][rows] for k in ("rewards", "masks") if k in raw})
+    infos = {k: raw[k][rows] for k in INFO_KEYS if k in raw}
+    return arrays, np.asarray(ends, bool), infos, form
 
 
 def task_rewards(task_env: str, infos: dict, source: str) -> tuple[np.ndarray, np.ndarray]:
