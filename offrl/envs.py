@@ -84,9 +84,29 @@ def normalized_score(env_id: str, returns, metadata: dict | None = None):
     return 100.0 * (np.asarray(returns, dtype=np.float64) - lo) / (hi - lo)
 
 
+#: the first word of the Gymnasium ids that importing ``ogbench`` registers.
+OGBENCH_FAMILIES = ("cube", "scene", "puzzle", "pointmaze", "antmaze", "humanoidmaze", "antsoccer", "powderworld")
+
+
+def is_ogbench_env_id(env_id: str | None) -> bool:
+    """``cube-single-singletask-task1-v0``, ``visual-antmaze-large-navigate-v0``, ...: an OGBench id."""
+    words = str(env_id or "").split("-")
+    return (words[1] if words[0] == "visual" and len(words) > 2 else words[0]) in OGBENCH_FAMILIES
+
+
 def register_optional_envs(env_id: str | None) -> None:
     """Register the Gymnasium ids of optional env packages that importing them does not register:
-    MinAtar's ``MinAtar/<Game>-v0`` / ``-v1`` (``pip install 'offrl[minatar]'``)."""
+    MinAtar's ``MinAtar/<Game>-v0`` / ``-v1`` (``pip install 'offrl[minatar]'``) and OGBench's
+    ``cube-single-singletask-task1-v0``, ``scene-v0``, ... (``pip install 'offrl[ogbench]'``)."""
+    if is_ogbench_env_id(env_id):
+        from gymnasium.envs.registration import registry
+
+        if env_id not in registry:
+            try:
+                import ogbench  # noqa: F401  (registers its envs with Gymnasium on import)
+            except ImportError:
+                raise ConfigError(f"environment '{env_id}' needs the ogbench package; install it with pip install 'offrl[ogbench]'.") from None
+        return
     if not str(env_id or "").startswith("MinAtar/"):
         return
     from gymnasium.envs.registration import registry

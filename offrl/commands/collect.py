@@ -2,6 +2,7 @@
 
     offrl collect train-behavior --env Hopper-v5 --steps 300000 --out zoo/hopper
     offrl collect dataset --env Hopper-v5 --tier medium --size 200000 --zoo zoo/hopper --out hopper-medium.hdf5
+    offrl collect oracle --env cube-single-v0 --dataset-type play --episodes 1000   # OGBench's layout
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ def register(subparsers) -> None:
     data.add_argument("--compress", action="store_true", help="gzip the arrays of the --out file (HDF5: shuffle + gzip filters; NPZ: zip deflate)")
     data.add_argument("--quiet", action="store_true", help="no progress bar")
     data.set_defaults(func=run_dataset)
+
+    from offrl.collect.ogbench import OracleConfig
+
+    oracle = sub.add_parser("oracle", help="OGBench-style datasets from the scripted oracles of OGBench's cube, scene and puzzle envs (pip install 'offrl[ogbench]')")
+    oracle.add_argument("--env", required=True, help="an OGBench manipulation env id: cube-single-v0, cube-double-v0, scene-v0, puzzle-3x3-v0, ...")
+    add_flags(oracle, OracleConfig, prefix="cfg")
+    oracle.add_argument("--out", default=None, help="the .npz to write in OGBench's layout, the -val.npz beside it (default: $OFFRL_HOME/datasets/<env>-<type>-v0.npz, so offrl.data.load finds its name)")
+    oracle.add_argument("--overwrite", action="store_true", help="replace existing files")
+    oracle.add_argument("--quiet", action="store_true", help="no progress bar")
+    oracle.set_defaults(func=run_oracle)
 
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
@@ -117,6 +128,57 @@ def run_dataset(args) -> int:
                  ("episode return (complete episodes)", f"{meta['dataset_return_mean']:.1f}" if meta.get("dataset_return_mean") is not None else "-"),
                  ("behaviour policy return", f"{meta['policy_return']:.1f}"),
                  ("ref min / max", f"{meta['ref_min_score']:.1f} / {meta['ref_max_score']:.1f}")] + [(k, str(v)) for k, v in where.items()]:
+        table.add_row(k, str(v))
+    Console().print(table)
+    return 0
+
+
+def run_oracle(args) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.collect.ogbench import OracleConfig, check_oracle_env, collect_oracle, dataset_file_name
+    from offrl.config import from_args
+    from offrl.data.ogbench import save_ogbench, split_name
+    from offrl.data.registry import cache_dir
+    from offrl.envs import register_optional_envs
+
+    check_oracle_env(args.env)
+    register_optional_envs(args.env)
+    config = from_args(OracleConfig, args)
+    name = dataset_file_name(args.env, config.dataset_type)
+    out = Path(args.out).expanduser() if args.out else cache_dir() / f"{name}.npz"
+    if out.suffix.lower() != ".npz":
+        from offrl.errors import ConfigError
+
+        raise ConfigError(f"--out {args.out}: OGBench's layout is an .npz file; pass a path ending in .npz.")
+    val_out = out.with_name(out.stem + "-val.npz")
+    for path in (out, val_out) if config.val_episodes else (out,):
+        if path.exists() and not args.overwrite:
+            from offrl.errors import ConfigError
+
+            raise ConfigError(f"{path} already exists; pass --overwrite or another --out.")
+    train, val, facts = collect_oracle(args.env, config, progress=not args.quiet)
+    written = [save_ogbench(train, out, overwrite=args.overwrite)]
+    if val is not None:
+        written.append(save_ogbench(val, val_out, overwrite=args.overwrite))
+    head, version = out.stem.rsplit("-", 1) if split_name(out.stem) else (None, None)
+    if head is None:
+        task_load = f"offrl.data.ogbench.load_ogbench({str(out)!r}, task=1, env_id={args.env!r})"
+    else:
+        alias = f"{head}-singletask-task1-{version}"
+        task_load = f"offrl.data.load({str(out.parent / alias) + '.npz' if args.out else alias!r})"
+    table = Table(title=f"{name}: OGBench {config.dataset_type} data from the oracles of {args.env}")
+    table.add_column("fact")
+    table.add_column("value", justify="right")
+    steps = len(train["terminals"])
+    for k, v in [("episodes (train / val)", f"{config.episodes} / {config.val_episodes}"),
+                 ("rows (env steps, train)", steps), ("transitions (train)", steps - config.episodes),
+                 ("oracle tasks completed", facts["tasks_completed"]), ("collection rounds", facts["attempts"])] + \
+            [("file", str(p)) for p in written] + \
+            [("load with", f"offrl.data.load({str(out) if args.out else name!r})"), ("task 1's rewards", task_load)]:
         table.add_row(k, str(v))
     Console().print(table)
     return 0

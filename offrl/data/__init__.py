@@ -8,6 +8,8 @@ format         on disk                               module
 ``"hdf5"``     D4RL layout, ``*.hdf5`` / ``*.h5``    :mod:`offrl.data.d4rl`
 ``"npz"``      NumPy archive, ``*.npz``              :mod:`offrl.data.npz`
 ``"minari"``   Minari folder ``<id>/data/...``       :mod:`offrl.data.minari`
+``"ogbench"``  OGBench ``*.npz`` (read only; found    :mod:`offrl.data.ogbench`
+               by its keys or its dataset name)
 =============  ====================================  ==============================
 
 Example::
@@ -28,13 +30,23 @@ from offrl.data.writers import FORMATS, format_of, save
 from offrl.errors import DatasetError
 
 def load(name_or_path, format: str | None = None, check_bounds: bool = True) -> Dataset:
-    """Load a dataset by registered name or path (D4RL ``.hdf5``, ``.npz`` or a Minari folder).
+    """Load a dataset by registered name or path (D4RL ``.hdf5``, ``.npz``, a Minari folder, or an
+    OGBench ``.npz`` or dataset name such as ``cube-single-play-singletask-task1-v0``).
 
     Malformed data raises :class:`~offrl.errors.DatasetError` with one sentence naming the
     file, key and first bad row; actions outside the action bounds (metadata
     ``action_low``/``action_high`` or the env's space) give a :class:`DatasetWarning` with
     the count.
     """
+    from offrl.data.ogbench import find as find_ogbench
+
+    found = find_ogbench(name_or_path) if format in (None, "ogbench", "npz") else None
+    if found is not None or format == "ogbench":
+        from offrl.data.ogbench import load_ogbench
+
+        if found is None:
+            return load_ogbench(resolve(name_or_path), check_bounds=check_bounds)
+        return load_ogbench(found[0], name=found[1], check_bounds=check_bounds)
     path = resolve(name_or_path)
     fmt = format or format_of(path)
     if fmt == "hdf5":
