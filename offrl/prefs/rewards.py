@@ -84,8 +84,10 @@ def true_reward(prompts: Sequence[str], responses: Sequence[str]) -> torch.Tenso
     """The digits judge's score when every prompt is a digits-task prompt, else ``None``."""
     from offrl.prefs.task import judge, parse_prompt
 
+    from offrl.prefs.chat import prompt_key
+
     try:
-        for p in set(prompts):
+        for p in {prompt_key(p): p for p in prompts}.values():
             parse_prompt(p)
     except ConfigError:
         return None
