@@ -63,6 +63,7 @@ def register(subparsers) -> None:
         p.add_argument("--prompts", required=True, help='JSONL of {"prompt": ...} rows (e.g. make-task\'s prompts_train.jsonl)')
         _run_args(p)
         _config_flags(p, name)
+        _reward_flag(p, name)
         p.set_defaults(func=_policy_gradient, trainer=name)
 
     p = sub.add_parser("label", help="sample completions and label pairs with a judge, a reward model or a constitution")
@@ -177,6 +178,15 @@ def _training_args(p, name: str) -> None:
         p.add_argument("--robust", action="store_true", help="with --label-smoothing: robust DPO (rDPO) instead of cDPO")
 
 
+def _reward_flag(p, name: str) -> None:
+    """``--reward MODULE:FUNCTION``, repeatable (the config field ``reward``, a tuple, has no generated flag)."""
+    from offrl.config import field_docs
+    from offrl.prefs import config as C
+
+    help_text = field_docs(getattr(C, TRAINERS[name][0]))["reward"].rstrip(".")
+    p.add_argument("--reward", action="append", default=[], metavar="MODULE:FUNCTION", help=help_text.replace("%", "%%"))
+
+
 def _threads(n: int) -> None:
     if n and n > 0:
         import torch
@@ -245,7 +255,7 @@ def _train(args) -> int:
 def _policy_gradient(args) -> int:
     from offrl.prefs import config as C
 
-    config = C.config_from_args(getattr(C, TRAINERS[args.trainer][0]), args)
+    config = C.config_from_args(getattr(C, TRAINERS[args.trainer][0]), args, reward=tuple(args.reward))
     _threads(args.threads)
     _quiet_transformers()
     if args.trainer == "ppo":
