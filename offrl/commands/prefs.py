@@ -5,7 +5,7 @@
     offrl prefs label --model runs/sft/model --data runs/task/prompts_train.jsonl --out pairs.jsonl
     offrl prefs rm    --model runs/sft/model --data pairs.jsonl --out runs/rm --heads 4
     offrl prefs dpo | ipo | kto | simpo | cpo | orpo --model runs/sft/model --data pairs.jsonl --out runs/dpo --beta 0.1
-    offrl prefs ppo | grpo --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/ppo
+    offrl prefs ppo | grpo | online-dpo --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/ppo
     offrl prefs iterate --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/iter
     offrl prefs guard runs/ppo                                 guardrails report of an online run
     offrl prefs eval  --model runs/dpo/model --reference runs/sft/model --data runs/task/prompts_eval.jsonl
@@ -57,6 +57,8 @@ def register(subparsers) -> None:
     for name, help_text in (
         ("ppo", "PPO-RLHF: KL-penalised reward (reward model or program), GAE, value head or separate value model"),
         ("grpo", "GRPO / RLOO (--estimator rloo): group-relative policy gradients, no value model"),
+        ("online-dpo", "online DPO: two samples per prompt from the current policy, labelled by a judge, a reward "
+                       "model or reward callables, one DPO / IPO / SimPO step on the pair"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--model", required=True, help="starting policy and KL reference: a local Hugging Face model folder")
@@ -139,6 +141,8 @@ def _model_data_args(p) -> None:
 TRAINERS = {
     "ppo": ("PPOConfig", ()),
     "grpo": ("GRPOConfig", ()),
+    "online-dpo": ("OnlineDPOConfig", ("kl_coef", "kl_estimator", "kl_target", "kl_horizon", "epochs", "minibatches",
+                                       "clip_range", "whiten_rewards")),
     "sft": ("SFTConfig", ()),
     "rm": ("RewardModelConfig", ("lora", "merge_lora")),
     "dpo": ("PreferenceConfig", ("loss", "desirable_weight", "undesirable_weight", "simpo_gamma", "cpo_alpha")),
@@ -262,6 +266,12 @@ def _policy_gradient(args) -> int:
         from offrl.prefs.ppo import train_ppo
 
         result = train_ppo(args.model, args.prompts, args.out, config, args.resume, not args.no_progress)
+    elif args.trainer == "online-dpo":
+        from offrl.prefs.online_dpo import train_online_dpo
+
+        result = train_online_dpo(args.model, args.prompts, args.out, config, args.resume, not args.no_progress)
+        _print_summary(f"offrl prefs online-dpo ({config.loss}): {args.out}", result, config)
+        return 0
     else:
         from offrl.prefs.grpo import train_grpo
 

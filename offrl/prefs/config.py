@@ -391,6 +391,44 @@ class GRPOConfig(PolicyGradientConfig):
                               f"{self.max_new_tokens}; pass at most {self.max_new_tokens} (0: off).")
 
 
+ONLINE_DPO_LOSSES = ("dpo", "ipo", "simpo")
+
+
+@dataclass(frozen=True)
+class OnlineDPOConfig(PolicyGradientConfig):
+    """Online DPO (Guo et al. 2024; TRL's OnlineDPOTrainer): each iteration samples two completions per
+    prompt from the current policy, labels the pair, and takes one preference-loss step on it.
+
+    loss: dpo, ipo or the reference-free simpo.
+    beta: the loss's KL price (DPO beta, IPO tau; SimPO's reward scale).
+    simpo_gamma: SimPO's target reward margin gamma.
+    length_normalize: per-token mean log-probs (default: on for IPO and SimPO).
+    judge: label the pairs with a judge: digits (the program), rm:PATH (a reward model, P = sigma(r_a - r_b))
+      or lm:PATH (a pairwise LM judge); unset: the higher score of --reward-model / --reward (or the digits
+      program) is chosen.
+    """
+
+    lr: float = param(5e-4, POSITIVE)
+    kl_coef: float = param(0.0, NON_NEGATIVE)
+    epochs: int = param(1, POSITIVE_INT)
+    loss: str = param("dpo", OneOf(ONLINE_DPO_LOSSES))
+    beta: float = param(0.1, POSITIVE)
+    simpo_gamma: float = param(0.5, NON_NEGATIVE)
+    length_normalize: bool | None = None
+    judge: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.judge is not None and (self.reward_model is not None or self.reward):
+            raise _config_error(f"--judge {self.judge} and --reward-model / --reward both label the pairs; pass one "
+                                "of them.")
+
+    @property
+    def average(self) -> bool:
+        """Whether the loss reads per-token mean log-probs."""
+        return self.length_normalize if self.length_normalize is not None else self.loss in ("ipo", "simpo")
+
+
 @dataclass(frozen=True)
 class IterateConfig:
     """Iterative (online) DPO: rounds of sample -> judge -> preference optimisation -> evaluate.
