@@ -112,18 +112,21 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=0)
     p.set_defaults(func=_eval)
 
-    p = sub.add_parser("frontier", help="the end-to-end experiment: SFT -> label -> DPO/IPO/KTO over beta -> reward-vs-KL plot")
+    p = sub.add_parser("frontier", help="the end-to-end experiment: SFT -> label -> offline and online methods over beta "
+                                        "-> reward-vs-KL plot")
     p.add_argument("--out", required=True, help="work folder (finished stages are reused on rerun)")
     p.add_argument("--model", help="start from this SFT model instead of training one")
     p.add_argument("--data", help="start from this pairs JSONL instead of sampling and labelling")
     p.add_argument("--prompts", help="held-out prompts JSONL (default: the task's)")
-    p.add_argument("--methods", default="dpo,ipo,kto,ppo,grpo,iterate",
-                   help="comma-separated: dpo,ipo,kto,cdpo,rdpo (offline), ppo,grpo,iterate (online)")
+    p.add_argument("--methods", default="dpo,ipo,kto,simpo,orpo,ppo,grpo,dapo,iterate,online-dpo",
+                   help="comma-separated: dpo,ipo,kto,cdpo,rdpo,simpo,orpo (offline), ppo,grpo,dapo (GRPO with the "
+                        "DAPO loss),iterate,online-dpo (online)")
     p.add_argument("--betas", action="append", default=[], metavar="METHOD=B1,B2",
                    help="betas for one method, e.g. --betas dpo=0.05,0.1 (repeatable)")
     p.add_argument("--sft-steps", type=int, help="SFT steps (default: FrontierConfig's, 600)")
     p.add_argument("--steps", type=int, help="optimizer steps per preference run (default: FrontierConfig's, 150)")
-    p.add_argument("--rl-steps", type=int, help="iterations per PPO / GRPO run (default: FrontierConfig's, 100)")
+    p.add_argument("--rl-steps", type=int,
+                   help="iterations per PPO / GRPO / DAPO / online-DPO run (default: FrontierConfig's, 100)")
     p.add_argument("--lr", type=float, help="learning rate of the preference runs (default: FrontierConfig's, 5e-4)")
     p.add_argument("--label-prompts", type=int, help="prompts sampled for pairs (default: FrontierConfig's, 2000)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
@@ -441,7 +444,9 @@ def _frontier(args) -> int:
                   preference=replace(base.preference, steps=given(args.steps, base.preference.steps),
                                      lr=given(args.lr, base.preference.lr)),
                   ppo=replace(base.ppo, steps=given(args.rl_steps, base.ppo.steps)),
-                  grpo=replace(base.grpo, steps=given(args.rl_steps, base.grpo.steps)))
+                  grpo=replace(base.grpo, steps=given(args.rl_steps, base.grpo.steps)),
+                  dapo=replace(base.dapo, steps=given(args.rl_steps, base.dapo.steps)),
+                  online_dpo=replace(base.online_dpo, steps=given(args.rl_steps, base.online_dpo.steps)))
     console = Console()
     result = run_frontier(args.out, cfg, progress=not args.no_progress, log=console.print, sft_model=args.model,
                           pairs=args.data, eval_prompts_path=args.prompts)
