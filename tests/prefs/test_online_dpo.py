@@ -126,3 +126,24 @@ def test_online_dpo_command(tiny_task, tiny_sft, tmp_path, capsys):
     assert code == 2 and len(err) == 1 and "both label the pairs" in err[0] and not out.exists()
     code, err = _main([*base, "--out", str(out), "--judge", "oracle"], capsys)
     assert code == 2 and len(err) == 1 and "--judge oracle is unknown" in err[0] and not out.exists()
+
+
+def test_online_dpo_resume_equals_uninterrupted_and_a_reward_callable(tiny_task, tiny_sft, tmp_path, monkeypatch):
+    import shutil
+
+    (tmp_path / "short_rewards.py").write_text("def short(prompts, completions):\n"
+                                                "    return [-float(len(c)) for c in completions]\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = OnlineDPOConfig(steps=4, batch_size=6, lr=2e-3, max_new_tokens=6, log_every=1, save_every=2,
+                          reward=("short_rewards:short",))
+    full, cut = str(tmp_path / "full"), str(tmp_path / "cut")
+    a = train_online_dpo(tiny_sft, tiny_task["prompts_train"], full, cfg, progress=False)
+    train_online_dpo(tiny_sft, tiny_task["prompts_train"], cut, cfg, progress=False)
+    shutil.rmtree(os.path.join(cut, "checkpoints", "step_00000004"))  # as if killed after iteration 2
+    shutil.rmtree(os.path.join(cut, "model"))
+    b = train_online_dpo(tiny_sft, tiny_task["prompts_train"], cut, cfg, resume=True, progress=False)
+    assert [m["step"] for m in b.metrics] == [1, 2, 3, 4]
+    for key in ("objective/kl", "objective/scores", "loss/preference", "rewards/margin"):
+        assert [m[key] for m in a.metrics] == pytest.approx([m[key] for m in b.metrics], rel=1e-5, abs=1e-6), key
+    # the callable labelled the pairs: the score is minus the response length in characters
+    assert all(m["objective/scores"] < 0 for m in a.metrics)
