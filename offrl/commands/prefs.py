@@ -5,7 +5,7 @@
     offrl prefs label --model runs/sft/model --data runs/task/prompts_train.jsonl --out pairs.jsonl
     offrl prefs rm    --model runs/sft/model --data pairs.jsonl --out runs/rm --heads 4
     offrl prefs dpo | ipo | kto | simpo | cpo | orpo --model runs/sft/model --data pairs.jsonl --out runs/dpo --beta 0.1
-    offrl prefs ppo | grpo --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/ppo
+    offrl prefs ppo | grpo | online-dpo --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/ppo
     offrl prefs iterate --model runs/sft/model --prompts runs/task/prompts_train.jsonl --out runs/iter
     offrl prefs guard runs/ppo                                 guardrails report of an online run
     offrl prefs eval  --model runs/dpo/model --reference runs/sft/model --data runs/task/prompts_eval.jsonl
@@ -57,12 +57,15 @@ def register(subparsers) -> None:
     for name, help_text in (
         ("ppo", "PPO-RLHF: KL-penalised reward (reward model or program), GAE, value head or separate value model"),
         ("grpo", "GRPO / RLOO (--estimator rloo): group-relative policy gradients, no value model"),
+        ("online-dpo", "online DPO: two samples per prompt from the current policy, labelled by a judge, a reward "
+                       "model or reward callables, one DPO / IPO / SimPO step on the pair"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--model", required=True, help="starting policy and KL reference: a local Hugging Face model folder")
         p.add_argument("--prompts", required=True, help='JSONL of {"prompt": ...} rows (e.g. make-task\'s prompts_train.jsonl)')
         _run_args(p)
         _config_flags(p, name)
+        _reward_flag(p, name)
         p.set_defaults(func=_policy_gradient, trainer=name)
 
     p = sub.add_parser("label", help="sample completions and label pairs with a judge, a reward model or a constitution")
@@ -109,18 +112,21 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=0)
     p.set_defaults(func=_eval)
 
-    p = sub.add_parser("frontier", help="the end-to-end experiment: SFT -> label -> DPO/IPO/KTO over beta -> reward-vs-KL plot")
+    p = sub.add_parser("frontier", help="the end-to-end experiment: SFT -> label -> offline and online methods over beta "
+                                        "-> reward-vs-KL plot")
     p.add_argument("--out", required=True, help="work folder (finished stages are reused on rerun)")
     p.add_argument("--model", help="start from this SFT model instead of training one")
     p.add_argument("--data", help="start from this pairs JSONL instead of sampling and labelling")
     p.add_argument("--prompts", help="held-out prompts JSONL (default: the task's)")
-    p.add_argument("--methods", default="dpo,ipo,kto,ppo,grpo,iterate",
-                   help="comma-separated: dpo,ipo,kto,cdpo,rdpo (offline), ppo,grpo,iterate (online)")
+    p.add_argument("--methods", default="dpo,ipo,kto,simpo,orpo,ppo,grpo,dapo,iterate,online-dpo",
+                   help="comma-separated: dpo,ipo,kto,cdpo,rdpo,simpo,orpo (offline), ppo,grpo,dapo (GRPO with the "
+                        "DAPO loss),iterate,online-dpo (online)")
     p.add_argument("--betas", action="append", default=[], metavar="METHOD=B1,B2",
                    help="betas for one method, e.g. --betas dpo=0.05,0.1 (repeatable)")
     p.add_argument("--sft-steps", type=int, help="SFT steps (default: FrontierConfig's, 600)")
     p.add_argument("--steps", type=int, help="optimizer steps per preference run (default: FrontierConfig's, 150)")
-    p.add_argument("--rl-steps", type=int, help="iterations per PPO / GRPO run (default: FrontierConfig's, 100)")
+    p.add_argument("--rl-steps", type=int,
+                   help="iterations per PPO / GRPO / DAPO / online-DPO run (default: FrontierConfig's, 100)")
     p.add_argument("--lr", type=float, help="learning rate of the preference runs (default: FrontierConfig's, 5e-4)")
     p.add_argument("--label-prompts", type=int, help="prompts sampled for pairs (default: FrontierConfig's, 2000)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
@@ -138,6 +144,8 @@ def _model_data_args(p) -> None:
 TRAINERS = {
     "ppo": ("PPOConfig", ()),
     "grpo": ("GRPOConfig", ()),
+    "online-dpo": ("OnlineDPOConfig", ("kl_coef", "kl_estimator", "kl_target", "kl_horizon", "epochs", "minibatches",
+                                       "clip_range", "whiten_rewards")),
     "sft": ("SFTConfig", ()),
     "rm": ("RewardModelConfig", ("lora", "merge_lora")),
     "dpo": ("PreferenceConfig", ("loss", "desirable_weight", "undesirable_weight", "simpo_gamma", "cpo_alpha")),
@@ -175,6 +183,15 @@ def _training_args(p, name: str) -> None:
     _config_flags(p, name)
     if name == "dpo":
         p.add_argument("--robust", action="store_true", help="with --label-smoothing: robust DPO (rDPO) instead of cDPO")
+
+
+def _reward_flag(p, name: str) -> None:
+    """``--reward MODULE:FUNCTION``, repeatable (the config field ``reward``, a tuple, has no generated flag)."""
+    from offrl.config import field_docs
+    from offrl.prefs import config as C
+
+    help_text = field_docs(getattr(C, TRAINERS[name][0]))["reward"].rstrip(".")
+    p.add_argument("--reward", action="append", default=[], metavar="MODULE:FUNCTION", help=help_text.replace("%", "%%"))
 
 
 def _threads(n: int) -> None:
@@ -245,13 +262,19 @@ def _train(args) -> int:
 def _policy_gradient(args) -> int:
     from offrl.prefs import config as C
 
-    config = C.config_from_args(getattr(C, TRAINERS[args.trainer][0]), args)
+    config = C.config_from_args(getattr(C, TRAINERS[args.trainer][0]), args, reward=tuple(args.reward))
     _threads(args.threads)
     _quiet_transformers()
     if args.trainer == "ppo":
         from offrl.prefs.ppo import train_ppo
 
         result = train_ppo(args.model, args.prompts, args.out, config, args.resume, not args.no_progress)
+    elif args.trainer == "online-dpo":
+        from offrl.prefs.online_dpo import train_online_dpo
+
+        result = train_online_dpo(args.model, args.prompts, args.out, config, args.resume, not args.no_progress)
+        _print_summary(f"offrl prefs online-dpo ({config.loss}): {args.out}", result, config)
+        return 0
     else:
         from offrl.prefs.grpo import train_grpo
 
@@ -421,7 +444,9 @@ def _frontier(args) -> int:
                   preference=replace(base.preference, steps=given(args.steps, base.preference.steps),
                                      lr=given(args.lr, base.preference.lr)),
                   ppo=replace(base.ppo, steps=given(args.rl_steps, base.ppo.steps)),
-                  grpo=replace(base.grpo, steps=given(args.rl_steps, base.grpo.steps)))
+                  grpo=replace(base.grpo, steps=given(args.rl_steps, base.grpo.steps)),
+                  dapo=replace(base.dapo, steps=given(args.rl_steps, base.dapo.steps)),
+                  online_dpo=replace(base.online_dpo, steps=given(args.rl_steps, base.online_dpo.steps)))
     console = Console()
     result = run_frontier(args.out, cfg, progress=not args.no_progress, log=console.print, sft_model=args.model,
                           pairs=args.data, eval_prompts_path=args.prompts)

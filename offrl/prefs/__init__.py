@@ -4,7 +4,8 @@ A preference pair ``(x, y_w, y_l)`` is a logged decision, the reference policy i
 policy, and ``beta`` plays the part of CQL's alpha. Pipelines::
 
     offline:  SFT (= BC) -> sample -> label (judge or reward model) -> DPO / IPO / KTO -> eval, frontier
-    online:   SFT -> reward model -> PPO / GRPO / RLOO with a KL penalty to the SFT policy
+    online:   SFT -> reward model -> PPO / GRPO / RLOO with a KL penalty to the SFT policy;
+              online / iterative DPO on pairs sampled from the current policy
 
 Names are re-exported lazily: importing ``offrl.prefs`` (or its torch-free ``config`` module)
 does not import torch; touching a trainer or a loss does.
@@ -45,6 +46,8 @@ _EXPORTS = {
     "train_grpo": "offrl.prefs.grpo",
     "IterateConfig": "offrl.prefs.config",
     "run_iterate": "offrl.prefs.iterate",
+    "OnlineDPOConfig": "offrl.prefs.config",
+    "train_online_dpo": "offrl.prefs.online_dpo",
     "ProgrammaticJudge": "offrl.prefs.judges",
     "RewardModelJudge": "offrl.prefs.judges",
     "PairwiseLMJudge": "offrl.prefs.judges",

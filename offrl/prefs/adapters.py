@@ -39,6 +39,17 @@ def linear_module_names(model) -> list[str]:
     return sorted(names)
 
 
+def check_lora_targets(model, spec: LoraSpec | None) -> None:
+    """Refuse ``--lora`` targets that name no linear module of ``model``, listing the available names."""
+    if spec is None or not spec.targets:
+        return
+    available = linear_module_names(model)
+    missing = [t for t in spec.targets if t not in available]
+    if missing:
+        raise ConfigError(f"--lora target {'+'.join(missing)} is not a linear module of this model; "
+                          f"available: {'+'.join(available)}.")
+
+
 def _peft():
     try:
         import peft
@@ -53,12 +64,7 @@ def apply_lora(model, spec: LoraSpec, base_path: str | None = None, task_type: s
     """Wrap ``model`` in a trainable peft LoRA adapter (only ``A``, ``B`` and ``modules_to_save`` train);
     ``A``'s random initialisation is drawn from ``seed`` (the global torch RNG is left as it was)."""
     peft = _peft()
-    available = linear_module_names(model)
-    if spec.targets:
-        missing = [t for t in spec.targets if t not in available]
-        if missing:
-            raise ConfigError(f"--lora target {'+'.join(missing)} is not a linear module of this model; "
-                              f"available: {'+'.join(available)}.")
+    check_lora_targets(model, spec)
     config = peft.LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
                              target_modules=list(spec.targets) if spec.targets else "all-linear",
                              task_type=task_type, modules_to_save=modules_to_save)

@@ -257,8 +257,13 @@ class PolicyGradientConfig:
     epochs: optimisation passes over each rollout batch.
     minibatches: minibatches per pass.
     clip_range: epsilon of the clipped policy ratio.
-    reward_model: reward-model folder or ensemble run folder of `offrl prefs rm` (unset: the digits
-      task's programmatic reward).
+    reward_model: reward-model folder or ensemble run folder of `offrl prefs rm` (unset, with no --reward:
+      the digits task's programmatic reward).
+    reward: reward callables MODULE:FUNCTION (or path/to/file.py:FUNCTION), called as
+      fn(prompts=[...], completions=[...]) with the prompts as the data holds them (strings or message lists)
+      and the completions as strings, returning one float per completion (repeatable).
+    reward_weights: one weight per reward (the reward model first, then each --reward in order), comma-separated
+      (default: all 1); the policy's score is the weighted sum.
     uncertainty_penalty: c in the reward mean - c * std over the reward model's heads.
     whiten_rewards: whiten the scores over the batch before use.
     log_every: iterations between metric lines.
@@ -289,6 +294,8 @@ class PolicyGradientConfig:
     minibatches: int = param(1, POSITIVE_INT)
     clip_range: float = param(0.2, POSITIVE)
     reward_model: str | None = None
+    reward: tuple[str, ...] = ()
+    reward_weights: tuple[float, ...] | None = param(None, parse=str)  # "1,0.5" from the command line
     uncertainty_penalty: float = param(0.0, NON_NEGATIVE)
     whiten_rewards: bool = False
     log_every: int = param(1, POSITIVE_INT)
@@ -301,9 +308,28 @@ class PolicyGradientConfig:
     def __post_init__(self) -> None:
         check_config(self)
         parse_lora(self.lora)
+        if isinstance(self.reward, str):  # one callable given as a string
+            object.__setattr__(self, "reward", (self.reward,))
+        object.__setattr__(self, "reward", tuple(self.reward))
+        if self.reward_weights is not None:
+            object.__setattr__(self, "reward_weights", _parse_weights(",".join(map(str, self.reward_weights)))
+                               if not isinstance(self.reward_weights, str) else _parse_weights(self.reward_weights))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _parse_weights(text: str) -> tuple[float, ...]:
+    """``--reward-weights 1,0.5`` -> ``(1.0, 0.5)`` (:func:`offrl.prefs.rewards.parse_reward_weights`, without torch)."""
+    try:
+        weights = tuple(float(w) for w in str(text).split(",") if w.strip())
+    except ValueError:
+        raise _config_error(f"--reward-weights {text} is not a comma-separated list of numbers; e.g. "
+                            "--reward-weights 1,0.5.") from None
+    if not weights or not all(math.isfinite(w) for w in weights):
+        raise _config_error(f"--reward-weights {text} must be finite numbers, one per reward; e.g. "
+                            "--reward-weights 1,0.5.")
+    return weights
 
 
 @dataclass(frozen=True)
@@ -363,6 +389,44 @@ class GRPOConfig(PolicyGradientConfig):
 
             raise ConfigError(f"--overlong-buffer {self.overlong_buffer} is longer than --max-new-tokens "
                               f"{self.max_new_tokens}; pass at most {self.max_new_tokens} (0: off).")
+
+
+ONLINE_DPO_LOSSES = ("dpo", "ipo", "simpo")
+
+
+@dataclass(frozen=True)
+class OnlineDPOConfig(PolicyGradientConfig):
+    """Online DPO (Guo et al. 2024; TRL's OnlineDPOTrainer): each iteration samples two completions per
+    prompt from the current policy, labels the pair, and takes one preference-loss step on it.
+
+    loss: dpo, ipo or the reference-free simpo.
+    beta: the loss's KL price (DPO beta, IPO tau; SimPO's reward scale).
+    simpo_gamma: SimPO's target reward margin gamma.
+    length_normalize: per-token mean log-probs (default: on for IPO and SimPO).
+    judge: label the pairs with a judge: digits (the program), rm:PATH (a reward model, P = sigma(r_a - r_b))
+      or lm:PATH (a pairwise LM judge); unset: the higher score of --reward-model / --reward (or the digits
+      program) is chosen.
+    """
+
+    lr: float = param(5e-4, POSITIVE)
+    kl_coef: float = param(0.0, NON_NEGATIVE)
+    epochs: int = param(1, POSITIVE_INT)
+    loss: str = param("dpo", OneOf(ONLINE_DPO_LOSSES))
+    beta: float = param(0.1, POSITIVE)
+    simpo_gamma: float = param(0.5, NON_NEGATIVE)
+    length_normalize: bool | None = None
+    judge: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.judge is not None and (self.reward_model is not None or self.reward):
+            raise _config_error(f"--judge {self.judge} and --reward-model / --reward both label the pairs; pass one "
+                                "of them.")
+
+    @property
+    def average(self) -> bool:
+        """Whether the loss reads per-token mean log-probs."""
+        return self.length_normalize if self.length_normalize is not None else self.loss in ("ipo", "simpo")
 
 
 @dataclass(frozen=True)

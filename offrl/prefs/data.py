@@ -354,7 +354,7 @@ class TokenizedPreferences:
         return [len(p) + max(len(c[i]) for c in self.completions) for i, p in enumerate(self.prompt_ids)]
 
 
-def _render(tokenizer, prompt: Any, completion: Any, conversational: bool) -> tuple[list[int], list[int]]:
+def render_example(tokenizer, prompt: Any, completion: Any, conversational: bool) -> tuple[list[int], list[int]]:
     """(prompt ids, completion ids); the completion starts where prompt and prompt+completion diverge."""
     if conversational:
         messages = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
@@ -383,15 +383,20 @@ def tokenize_preferences(
 ) -> TokenizedPreferences:
     """Tokenize rows; a prompt of ``max_prompt_length`` (default ``max_length``) tokens or more is a
     bad row (dropped and reported, or refused); a completion running past ``max_length`` is
-    truncated there and counted in ``truncated``."""
+    truncated there and counted in ``truncated``. Chat-format rows for a tokenizer without a chat
+    template are refused in one sentence."""
     if bad_rows not in BAD_ROW_MODES:
         raise ConfigError(f"bad_rows={bad_rows!r} is unknown; use one of {BAD_ROW_MODES}.")
     max_prompt_length = max_prompt_length or max_length
+    if dataset.conversational:
+        from offrl.prefs.chat import require_chat_template
+
+        require_chat_template(tokenizer, dataset.source)
     slots = ("chosen", "rejected") if dataset.kind == "paired" else ("completion",)
     out = TokenizedPreferences(dataset.kind, [], [[] for _ in slots], [], [] if dataset.kind == "unpaired" else None)
     out.dropped = list(dataset.dropped)
     for r in dataset.rows:
-        rendered = [_render(tokenizer, r["prompt"], r[s], dataset.conversational) for s in slots]
+        rendered = [render_example(tokenizer, r["prompt"], r[s], dataset.conversational) for s in slots]
         prompt_ids = min((p for p, _ in rendered), key=len)
         if len(prompt_ids) >= max_prompt_length:
             reason = f"prompt is {len(prompt_ids)} tokens, max_prompt_length is {max_prompt_length}"

@@ -1,9 +1,10 @@
 """The end-to-end preference experiment on the digits task, and the reward-vs-KL frontier.
 
     SFT on noisy demonstrations (BC) -> sample k responses per prompt from the SFT policy
-    -> label pairs with the programmatic judge (best vs worst) -> DPO / IPO / KTO from those
-    pairs, a sweep over beta; online, from the same SFT policy: PPO and GRPO on the program's
-    reward with a sweep over the KL coefficient, iterative DPO with a sweep over beta
+    -> label pairs with the programmatic judge (best vs worst) -> DPO / IPO / KTO and the
+    reference-free SimPO / ORPO from those pairs, a sweep over beta; online, from the same SFT
+    policy: PPO, GRPO and DAPO-loss GRPO on the program's reward with a sweep over the KL
+    coefficient, iterative DPO and online DPO with a sweep over beta
     -> on held-out prompts: true reward of samples from pi and KL(pi || pi_sft) estimated from
     the same samples.
 
@@ -27,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from offrl.prefs.config import GRPOConfig, IterateConfig, PPOConfig, PreferenceConfig, SFTConfig
+from offrl.prefs.config import GRPOConfig, IterateConfig, OnlineDPOConfig, PPOConfig, PreferenceConfig, SFTConfig
 from offrl.prefs.data import write_jsonl
 from offrl.prefs.evaluation import evaluate_policy
 from offrl.prefs.labelling import label_pairs
@@ -46,8 +47,12 @@ DEFAULT_BETAS = {
     "ppo": (0.01, 0.05, 0.2),       # the KL coefficient
     "grpo": (0.01, 0.05, 0.2),      # the KL coefficient
     "iterate": (0.1, 0.3, 1.0),     # DPO's beta in every round
+    "simpo": (1.0, 2.0, 5.0),       # SimPO's reward scale (no reference: not a KL price)
+    "orpo": (0.1, 0.3, 1.0),        # ORPO's odds-ratio weight lambda
+    "dapo": (0.0, 0.01, 0.05),      # the KL coefficient of GRPO with the DAPO loss (DAPO itself drops the KL: 0)
+    "online-dpo": (0.1, 0.3, 1.0),  # DPO's beta
 }
-ONLINE_METHODS = ("ppo", "grpo", "iterate")
+ONLINE_METHODS = ("ppo", "grpo", "dapo", "iterate", "online-dpo")
 
 
 @dataclass(frozen=True)
@@ -56,20 +61,25 @@ class FrontierConfig:
 
     methods / betas: the sweep (``betas`` maps method -> values; missing methods use DEFAULT_BETAS).
     sft: SFT options. preference: options shared by every DPO/IPO/KTO run (loss and beta are set
-    per run). ppo / grpo / iterate: options of the online runs (kl_coef, or iterate's beta, set per run). label_prompts: training prompts sampled for pairs; samples_per_prompt: k.
+    per run). ppo / grpo / dapo / iterate / online_dpo: options of the online runs (kl_coef, or the DPO
+    beta of iterate and online DPO, set per run); dapo is GRPO with DAPO's loss (token-sum loss,
+    clip-higher 0.28, dynamic sampling). label_prompts: training prompts sampled for pairs; samples_per_prompt: k.
     eval_samples: samples per held-out prompt for reward and KL. max_new_tokens: sample length.
     """
 
     task: TaskConfig = TaskConfig()
-    methods: tuple[str, ...] = ("dpo", "ipo", "kto", "ppo", "grpo", "iterate")
+    methods: tuple[str, ...] = ("dpo", "ipo", "kto", "simpo", "orpo", "ppo", "grpo", "dapo", "iterate", "online-dpo")
     betas: dict[str, tuple[float, ...]] = field(default_factory=dict)
     sft: SFTConfig = SFTConfig(steps=600, batch_size=64, lr=3e-3, warmup_steps=30, log_every=100, max_length=32)
     preference: PreferenceConfig = PreferenceConfig(steps=150, batch_size=32, lr=5e-4, warmup_steps=10, log_every=50,
                                                     max_length=32, kl_prompts=0, eval_fraction=0.05)
     ppo: PPOConfig = PPOConfig(steps=100, batch_size=32, lr=3e-4, max_new_tokens=10, log_every=10)
     grpo: GRPOConfig = GRPOConfig(steps=100, batch_size=16, group_size=4, lr=5e-4, max_new_tokens=10, log_every=10)
+    dapo: GRPOConfig = GRPOConfig(steps=100, batch_size=16, group_size=4, lr=5e-4, max_new_tokens=10, log_every=10,
+                                  loss_type="dapo", clip_range_high=0.28, dynamic_sampling=True)
     iterate: IterateConfig = IterateConfig(rounds=3, prompts_per_round=500, steps=50, lr=5e-4, max_length=32,
                                            max_new_tokens=10, eval_samples=0)
+    online_dpo: OnlineDPOConfig = OnlineDPOConfig(steps=100, batch_size=32, lr=1e-3, max_new_tokens=10, log_every=10)
     label_prompts: int = 2000
     samples_per_prompt: int = 4
     eval_samples: int = 4
@@ -154,7 +164,7 @@ def run_frontier(workdir: str, config: FrontierConfig = FrontierConfig(), progre
             else:
                 cfg = PreferenceConfig(**{**asdict(config.preference), "loss": method, "beta": beta,
                                           "seed": config.seed})
-                avg = cfg.length_normalize if cfg.length_normalize is not None else method == "ipo"
+                avg = cfg.length_normalize if cfg.length_normalize is not None else method in ("ipo", "simpo", "orpo")
                 cache = os.path.join(cache_dir, f"{'unpaired' if method == 'kto' else 'paired'}_avg{int(avg)}.safetensors")
                 result = train_preferences(sft_model_path, pairs_path, run_dir, cfg, progress=progress,
                                            reference_cache=cache)
@@ -186,11 +196,17 @@ def _online_run(method: str, coef: float, sft_model: str, prompts: str, run_dir:
 
         return train_ppo(sft_model, prompts, run_dir, replace(config.ppo, kl_coef=coef, seed=config.seed),
                          progress=progress).model_path
-    if method == "grpo":
+    if method in ("grpo", "dapo"):
         from offrl.prefs.grpo import train_grpo
 
-        return train_grpo(sft_model, prompts, run_dir, replace(config.grpo, kl_coef=coef, seed=config.seed),
+        base = config.grpo if method == "grpo" else config.dapo
+        return train_grpo(sft_model, prompts, run_dir, replace(base, kl_coef=coef, seed=config.seed),
                           progress=progress).model_path
+    if method == "online-dpo":
+        from offrl.prefs.online_dpo import train_online_dpo
+
+        return train_online_dpo(sft_model, prompts, run_dir, replace(config.online_dpo, beta=coef, seed=config.seed),
+                                progress=progress).model_path
     from offrl.prefs.iterate import run_iterate
 
     return run_iterate(sft_model, prompts, run_dir, replace(config.iterate, beta=coef, seed=config.seed),
@@ -212,7 +228,8 @@ def plot_frontier(rows: list[dict[str, Any]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    markers = {"dpo": "o", "ipo": "s", "kto": "^", "cdpo": "D", "rdpo": "v", "ppo": "P", "grpo": "X", "iterate": "*"}
+    markers = {"dpo": "o", "ipo": "s", "kto": "^", "cdpo": "D", "rdpo": "v", "ppo": "P", "grpo": "X", "iterate": "*",
+               "simpo": "<", "orpo": ">", "dapo": "h", "online-dpo": "p"}
     for method in dict.fromkeys(r["method"] for r in rows if r["method"] != "sft"):
         pts = sorted((r for r in rows if r["method"] == method), key=lambda r: r["kl"])
         ax.errorbar([r["kl"] for r in pts], [r["reward"] for r in pts], xerr=[r["kl_se"] for r in pts],

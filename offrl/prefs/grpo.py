@@ -33,7 +33,7 @@ from offrl.prefs.adapters import finish_adapter
 from offrl.prefs.config import GRPOConfig
 from offrl.prefs.policy_gradient import ScoredRollout, minibatch_indices, run_policy_gradient
 from offrl.prefs.ppo import load_policy_and_reference, read_prompt_source
-from offrl.prefs.rewards import make_reward
+from offrl.prefs.rewards import make_reward, probe_reward
 from offrl.prefs.rollout import response_logps
 from offrl.prefs.runs import TrainResult, start_run
 
@@ -87,7 +87,9 @@ def train_grpo(model: str, prompts, out: str, config: GRPOConfig = GRPOConfig(),
     policy, reference, tokenizer = load_policy_and_reference(model, out, resume, prompts, config.max_new_tokens,
                                                              config.lora, config.seed)
     device = next(policy.parameters()).device
-    reward = make_reward(config.reward_model, config.uncertainty_penalty, tokenizer, device)
+    reward = make_reward(config.reward_model, config.uncertainty_penalty, tokenizer, device, config.reward,
+                         config.reward_weights)
+    probe_reward(reward, policy, tokenizer, prompts, config.max_new_tokens, config.temperature)
     kl_in_loss = config.estimator == "grpo"
 
     def update(batch: ScoredRollout, kl_coef: float, optimizer_step, step: int) -> dict[str, float]:

@@ -22,7 +22,8 @@ import os
 from dataclasses import replace
 from typing import Any, Callable
 
-from offrl.prefs.config import IterateConfig, PreferenceConfig
+from offrl.prefs.adapters import check_lora_targets
+from offrl.prefs.config import IterateConfig, PreferenceConfig, parse_lora
 from offrl.prefs.data import write_jsonl
 from offrl.prefs.evaluation import evaluate_policy
 from offrl.prefs.judges import ProgrammaticJudge, label_with_judge, make_judge
@@ -30,6 +31,7 @@ from offrl.prefs.labelling import label_pairs
 from offrl.prefs.loop import write_json
 from offrl.prefs.modeling import load_causal_lm, load_tokenizer, sample_completions
 from offrl.prefs.preference import train_preferences
+from offrl.prefs.rollout import check_prompt_lengths, context_size
 from offrl.prefs.task import read_prompts
 
 
@@ -53,6 +55,9 @@ def run_iterate(model: str, prompts, out: str, config: IterateConfig = IterateCo
     judge = make_judge(config.judge)
     tokenizer = load_tokenizer(model)
     start_model = load_causal_lm(model).eval()
+    for source, batch in (("--prompts", prompts), ("--eval-prompts", held_out)):
+        check_prompt_lengths(tokenizer, batch, config.max_new_tokens, context_size(start_model), source)
+    check_lora_targets(start_model, parse_lora(config.lora))  # before the work folder is written
     pref = PreferenceConfig(loss=config.loss, beta=config.beta, steps=config.steps, lr=config.lr,
                             batch_size=config.batch_size, max_length=config.max_length, warmup_steps=min(10, config.steps // 5),
                             log_every=max(1, config.steps // 2), kl_prompts=0, eval_fraction=0.05, seed=config.seed,

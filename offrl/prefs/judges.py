@@ -46,6 +46,14 @@ class Judge(Protocol):
         """``P(first_i > second_i)`` for each row, a ``(N,)`` tensor in [0, 1]."""
 
 
+def prompt_text(prompt) -> str:
+    """The prompt as the judge's template reads it: a string as it is; a chat prompt as its messages'
+    contents, one per line (the judge is asked about the conversation, not the policy's chat markup)."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(str(m.get("content", "")) for m in prompt)
+
+
 def _checked(p: torch.Tensor, prompts: Sequence[str], name: str) -> torch.Tensor:
     bad = [i for i, v in enumerate(p.tolist()) if not (isinstance(v, float) and math.isfinite(v) and 0 <= v <= 1)]
     if bad:
@@ -121,7 +129,7 @@ class PairwiseLMJudge:
         return torch.cat(out)
 
     def prefer(self, prompts, first, second) -> torch.Tensor:
-        fill = lambda p, x, y: self.template.format(prompt=p, first=x, second=y)  # noqa: E731
+        fill = lambda p, x, y: self.template.format(prompt=prompt_text(p), first=x, second=y)  # noqa: E731
         n = len(prompts)
         logps = self._verdict_logps([fill(p, a, b) for p, a, b in zip(prompts, first, second)]
                                     + [fill(p, b, a) for p, a, b in zip(prompts, first, second)])

@@ -36,8 +36,10 @@ def label_pairs(prompts: Sequence[str], groups: Sequence[Sequence[str]], score: 
 
 def table_scorer(prompts: Sequence[str], completions: Sequence[str], scores: Sequence[float]) -> Callable[[str, str], float]:
     """A ``score(prompt, completion)`` that looks up precomputed (batched) scores."""
-    table = {(p, c): float(s) for p, c, s in zip(prompts, completions, scores)}
-    return lambda p, c: table[(p, c)]
+    from offrl.prefs.chat import prompt_key
+
+    table = {(prompt_key(p), c): float(s) for p, c, s in zip(prompts, completions, scores)}
+    return lambda p, c: table[(prompt_key(p), c)]
 
 
 def sample_and_label(model: str, prompts: Sequence[str], judge: str = "digits", reward_model: str | None = None,

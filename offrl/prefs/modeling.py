@@ -254,42 +254,39 @@ def sample_completions(
 ) -> Samples:
     """``num_samples`` completions per prompt sampled from ``model`` at ``temperature`` with no
     top-k / top-p filtering (so they are draws from pi itself); greedy when ``temperature == 0``.
-    Samples of prompt ``i`` are rows ``i*num_samples ... (i+1)*num_samples - 1``."""
+    Samples of prompt ``i`` are rows ``i*num_samples ... (i+1)*num_samples - 1``. Chat prompts are
+    rendered by the tokenizer's chat template and sampling stops at the template's stop tokens
+    (:mod:`offrl.prefs.chat`; ``conversational`` is read from the prompts themselves and kept for
+    callers that pass it)."""
+    from offrl.prefs.chat import encode_prompts, stop_token_ids
+
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     generator_state = torch.get_rng_state()
     torch.manual_seed(seed)
-    if conversational:
-        rendered = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
-        add_special = False
-    else:
-        rendered, add_special = list(prompts), True
-    flat = [p for p in rendered for _ in range(num_samples)]
-    old_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    flat = [p for p in prompts for _ in range(num_samples)]
+    stops, pad = stop_token_ids(tokenizer, getattr(model, "generation_config", None)), tokenizer.pad_token_id
     prompt_ids, completion_ids = [], []
     try:
         for start in range(0, len(flat), batch_size):
-            enc = tokenizer(flat[start:start + batch_size], return_tensors="pt", padding=True,
-                            add_special_tokens=add_special).to(device)
-            kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos)
+            ids, attention = encode_prompts(tokenizer, flat[start:start + batch_size], device)
+            kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=stops)
             if temperature > 0:
                 kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
             else:
                 kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
-            out = model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], **kwargs).cpu()
-            width = enc["input_ids"].shape[1]
-            mask = enc["attention_mask"].cpu()
+            out = model.generate(input_ids=ids, attention_mask=attention, **kwargs).cpu()
+            width = ids.shape[1]
+            mask = attention.cpu()
             for row in range(out.shape[0]):
                 prompt_ids.append(out[row, :width][mask[row].bool()].tolist())
                 gen = out[row, width:].tolist()
-                if eos in gen:
-                    gen = gen[: gen.index(eos) + 1]
+                first = next((i for i, t in enumerate(gen) if t in stops), None)
+                if first is not None:
+                    gen = gen[: first + 1]
                 completion_ids.append(gen)
     finally:
-        tokenizer.padding_side = old_side
         torch.set_rng_state(generator_state)
         if was_training:
             model.train()

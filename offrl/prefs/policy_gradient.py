@@ -76,7 +76,8 @@ def score_rollout(policy, reference, rollout: Rollout, reward, config: PolicyGra
     scores = reward(rollout.prompts, rollout.texts)
     if config.whiten_rewards:
         s = scores.score
-        scores = Scores((s - s.mean()) / (s.std() + 1e-8) + s.mean() if len(s) > 1 else s, scores.mean, scores.std)
+        scores = Scores((s - s.mean()) / (s.std() + 1e-8) + s.mean() if len(s) > 1 else s, scores.mean, scores.std,
+                        scores.parts)
     return ScoredRollout(rollout, logps, ref_logps, kl, entropy, scores, true_reward(rollout.prompts, rollout.texts))
 
 
@@ -98,6 +99,8 @@ def rollout_metrics(batch: ScoredRollout, kl_coef: float) -> dict[str, float]:
     }
     if batch.true is not None:
         row["objective/true_reward"] = float(batch.true.mean())
+    for name, part in batch.scores.parts.items():  # each combined reward's own mean
+        row[f"rewards/{name}"] = float(part.mean())
     row.update(guard_metrics(batch))
     return row
 

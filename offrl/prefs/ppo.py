@@ -29,7 +29,7 @@ from offrl.prefs import rl_losses as R
 from offrl.prefs.config import PPOConfig
 from offrl.prefs.modeling import load_causal_lm, load_tokenizer
 from offrl.prefs.policy_gradient import ScoredRollout, minibatch_indices, run_policy_gradient
-from offrl.prefs.rewards import make_reward
+from offrl.prefs.rewards import make_reward, probe_reward
 from offrl.prefs.rollout import check_prompt_lengths, context_size, response_logps
 from offrl.prefs.runs import TrainResult, resume_weights, start_run
 
@@ -87,7 +87,9 @@ def train_ppo(model: str, prompts, out: str, config: PPOConfig = PPOConfig(), re
     policy, reference, tokenizer = load_policy_and_reference(model, out, resume, prompts, config.max_new_tokens,
                                                              config.lora, config.seed)
     device = next(policy.parameters()).device
-    reward = make_reward(config.reward_model, config.uncertainty_penalty, tokenizer, device)
+    reward = make_reward(config.reward_model, config.uncertainty_penalty, tokenizer, device, config.reward,
+                         config.reward_weights)
+    probe_reward(reward, policy, tokenizer, prompts, config.max_new_tokens, config.temperature)
     torch.manual_seed(config.seed)
     shared = config.value_model == "shared"
     value_backbone = None if shared else load_causal_lm(config.value_model).to(device)

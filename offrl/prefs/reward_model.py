@@ -183,15 +183,27 @@ class RewardModelScorer:
                               "from the policy's model folder.")
 
     @torch.no_grad()
-    def __call__(self, prompts: list[str], completions: list[str], batch_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, prompts: list, completions: list[str], batch_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+        from offrl.prefs.chat import require_chat_template
+        from offrl.prefs.data import render_example
+
         tokenizer = self.tokenizer
         means, stds = [], []
         eos = tokenizer.eos_token or ""
         for start in range(0, len(prompts), batch_size):
             ps, cs = prompts[start:start + batch_size], completions[start:start + batch_size]
-            p_ids = [tokenizer(p)["input_ids"] for p in ps]
-            full = [tokenizer(p + c + eos)["input_ids"] for p, c in zip(ps, cs)]
-            batch = collate_sequences(p_ids, [f[len(p):] for p, f in zip(p_ids, full)], tokenizer.pad_token_id)
+            p_ids, c_ids = [], []
+            for p, c in zip(ps, cs):
+                if isinstance(p, str):
+                    ids = tokenizer(p)["input_ids"]
+                    p_ids.append(ids)
+                    c_ids.append(tokenizer(p + c + eos)["input_ids"][len(ids):])
+                else:  # a conversation: the chat template renders prompt and answer (offrl.prefs.data)
+                    require_chat_template(tokenizer, "the reward model's prompts")
+                    ids, rest = render_example(tokenizer, p, c, True)
+                    p_ids.append(ids)
+                    c_ids.append(rest)
+            batch = collate_sequences(p_ids, c_ids, tokenizer.pad_token_id)
             batch = {k: v.to(self.device) for k, v in batch.items()}
             r = torch.cat([rewards(m, batch) for m in self.models], dim=-1).cpu()
             means.append(r.mean(-1))

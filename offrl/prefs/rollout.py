@@ -1,9 +1,11 @@
 """The one rollout of the online trainers (PPO, GRPO, RLOO, iterative DPO): batched sampling with
 the KV cache (``model.generate``), then per-token log-probs of the sampled responses under any model.
 
-Rows are ``prompt_i`` repeated ``group_size`` times (rows ``i*G ... i*G+G-1``). Prompts are
-left-padded, responses right-padded after their first EOS (kept, so that the policy learns to
-stop); ``response_mask`` marks real response tokens. Log-probs are recomputed with one forward
+Rows are ``prompt_i`` repeated ``group_size`` times (rows ``i*G ... i*G+G-1``). A prompt is plain
+text or a conversation rendered by the tokenizer's chat template (:mod:`offrl.prefs.chat`).
+Prompts are left-padded, responses right-padded after their first stop token (EOS or the
+template's end-of-turn token, kept, so that the policy learns to stop); ``response_mask`` marks
+real response tokens. Log-probs are recomputed with one forward
 pass over the finished sequences with the same position ids ``generate`` used, so that
 ``log pi_old`` is exact for the sampled tokens.
 
@@ -30,7 +32,7 @@ class Rollout:
     """Sampled responses as tensors: ``input_ids`` / ``attention_mask`` ``(B, P + T)``,
     ``response_mask`` ``(B, T)``, ``prompt_width`` ``P``; and as text."""
 
-    prompts: list[str]
+    prompts: list
     texts: list[str]
     input_ids: Tensor
     attention_mask: Tensor
@@ -54,13 +56,18 @@ def context_size(model) -> int | None:
     return getattr(getattr(model, "config", None), "max_position_embeddings", None)
 
 
-def check_prompt_lengths(tokenizer, prompts: Sequence[str], max_new_tokens: int, context: int | None,
+def check_prompt_lengths(tokenizer, prompts: Sequence, max_new_tokens: int, context: int | None,
                          source: str = "prompts") -> None:
-    """Refuse a prompt whose tokens plus ``max_new_tokens`` exceed the model's context."""
+    """Refuse chat prompts for a tokenizer without a chat template, and a prompt whose (rendered)
+    tokens plus ``max_new_tokens`` exceed the model's context."""
+    from offrl.prefs.chat import is_conversation, prompt_ids, require_chat_template
+
+    if any(is_conversation(p) for p in prompts):
+        require_chat_template(tokenizer, source)
     if context is None:
         return
     for i, p in enumerate(prompts):
-        n = len(tokenizer(p)["input_ids"])
+        n = len(prompt_ids(tokenizer, p))
         if n + max_new_tokens > context:
             raise ConfigError(f"{source} row {i} has {n} tokens, and with --max-new-tokens {max_new_tokens} that "
                               f"exceeds the model's context of {context} positions; shorten the prompt or lower "
@@ -68,11 +75,14 @@ def check_prompt_lengths(tokenizer, prompts: Sequence[str], max_new_tokens: int,
 
 
 @torch.no_grad()
-def generate_rollout(policy, tokenizer, prompts: Sequence[str], group_size: int = 1, max_new_tokens: int = 16,
+def generate_rollout(policy, tokenizer, prompts: Sequence, group_size: int = 1, max_new_tokens: int = 16,
                      temperature: float = 1.0, seed: int = 0) -> Rollout:
     """``group_size`` samples per prompt from ``policy`` at ``temperature`` (no top-k / top-p:
-    draws from pi itself), one batched ``generate`` call with the KV cache. The global torch RNG
-    is left as it was; ``seed`` alone fixes the samples."""
+    draws from pi itself), one batched ``generate`` call with the KV cache, stopped at the stop
+    tokens of :func:`offrl.prefs.chat.stop_token_ids`. The global torch RNG is left as it was;
+    ``seed`` alone fixes the samples."""
+    from offrl.prefs.chat import encode_prompts, first_stop_mask, stop_token_ids
+
     device = next(policy.parameters()).device
     was_training = policy.training
     policy.eval()
@@ -80,30 +90,24 @@ def generate_rollout(policy, tokenizer, prompts: Sequence[str], group_size: int 
     cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     torch.manual_seed(seed)
     flat = [p for p in prompts for _ in range(group_size)]
-    old_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    stops, pad = stop_token_ids(tokenizer, getattr(policy, "generation_config", None)), tokenizer.pad_token_id
     try:
-        enc = tokenizer(flat, return_tensors="pt", padding=True).to(device)
-        out = policy.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], do_sample=True,
+        prompt_ids, prompt_mask = encode_prompts(tokenizer, flat, device)
+        out = policy.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True,
                               temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
-                              pad_token_id=pad, eos_token_id=eos)
+                              pad_token_id=pad, eos_token_id=stops)
     finally:
-        tokenizer.padding_side = old_side
         torch.set_rng_state(rng_state)
         if cuda_state is not None:
             torch.cuda.set_rng_state_all(cuda_state)
         if was_training:
             policy.train()
-    width = enc["input_ids"].shape[1]
+    width = prompt_ids.shape[1]
     responses = out[:, width:]
-    is_eos = responses == eos
-    # 1 up to and including the first EOS
-    after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
-    response_mask = (~after_eos).long()
-    responses = responses.masked_fill(after_eos, pad)
-    input_ids = torch.cat([enc["input_ids"], responses], dim=1)
-    attention_mask = torch.cat([enc["attention_mask"], response_mask], dim=1)
+    response_mask = first_stop_mask(responses, stops)
+    responses = responses.masked_fill(response_mask == 0, pad)
+    input_ids = torch.cat([prompt_ids, responses], dim=1)
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     texts = tokenizer.batch_decode([r[m.bool()].tolist() for r, m in zip(responses.cpu(), response_mask.cpu())],
                                    skip_special_tokens=True)
     return Rollout(flat, texts, input_ids, attention_mask, response_mask, width, group_size)

@@ -33,6 +33,12 @@ CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}"
     "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
 )
+#: the ``chat`` task's turn markers and its end-of-turn token (a special token distinct from EOS).
+CHAT_TOKENS = ("<|user|>", "<|assistant|>", "<|end|>")
+TURN_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class TaskConfig:
     heads: the Llama's attention heads.
     intermediate_size: the Llama's MLP width.
     seed: random seed of the data and the initial weights.
+    chat: chat format: prompts and demonstrations as {role, content} messages, and a tokenizer whose
+      chat template marks turns with <|user|> / <|assistant|> and ends them with <|end|> (not EOS).
     """
 
     tasks: tuple[str, ...] = ("sort", "reverse")
@@ -63,6 +71,7 @@ class TaskConfig:
     heads: int = bounded(4, gt=0)
     intermediate_size: int = bounded(256, gt=0)
     seed: int = 0
+    chat: bool = False
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -86,7 +95,10 @@ def target(prompt: str) -> str:
 
 def parse_prompt(prompt) -> tuple[str, str]:
     if isinstance(prompt, list):  # conversational: the last user message holds the task
-        prompt = [m["content"] for m in prompt if m.get("role") == "user"][-1]
+        users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        if not users:
+            raise ConfigError(f"prompt {prompt!r} has no user message holding a digits-task prompt like 'sort:3141='.")
+        prompt = users[-1]
     try:
         task, rest = prompt.split(":", 1)
         digits = rest.rstrip("=")
@@ -135,8 +147,9 @@ def corrupt(answer: str, rng: random.Random) -> str:
     return answer[:i] + answer[i] + answer[i:]
 
 
-def build_tokenizer():
-    """Character-level tokenizer: one token per character, ``<bos>`` prepended, ``<eos>`` as EOS."""
+def build_tokenizer(chat: bool = False):
+    """Character-level tokenizer: one token per character, ``<bos>`` prepended, ``<eos>`` as EOS;
+    with ``chat``, also the special tokens of :data:`CHAT_TOKENS` and :data:`TURN_TEMPLATE`."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -150,7 +163,15 @@ def build_tokenizer():
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
                                    unk_token="<unk>")
     fast.chat_template = CHAT_TEMPLATE
+    if chat:
+        fast.add_special_tokens({"additional_special_tokens": list(CHAT_TOKENS)})
+        fast.chat_template = TURN_TEMPLATE
     return fast
+
+
+def as_chat(prompt: str) -> list[dict[str, str]]:
+    """A task prompt as a one-message conversation."""
+    return [{"role": "user", "content": prompt}]
 
 
 def build_model(cfg: TaskConfig, tokenizer):
@@ -187,8 +208,8 @@ def make_task(out: str, cfg: TaskConfig = TaskConfig()) -> dict[str, str]:
     for p in train_prompts:
         answer = target(p)
         noisy = rng.random() < cfg.demo_noise
-        demos.append({"prompt": p, "completion": corrupt(answer, rng) if noisy else answer})
-    tokenizer = build_tokenizer()
+        demos.append({"prompt": as_chat(p) if cfg.chat else p, "completion": corrupt(answer, rng) if noisy else answer})
+    tokenizer = build_tokenizer(cfg.chat)
     model = build_model(cfg, tokenizer)
     paths = {
         "model": os.path.join(out, "model"),
@@ -199,8 +220,9 @@ def make_task(out: str, cfg: TaskConfig = TaskConfig()) -> dict[str, str]:
     model.save_pretrained(paths["model"])
     tokenizer.save_pretrained(paths["model"])
     write_jsonl(paths["demos"], demos)
-    write_jsonl(paths["prompts_train"], [{"prompt": p} for p in train_prompts])
-    write_jsonl(paths["prompts_eval"], [{"prompt": p} for p in eval_prompts])
+    shown = as_chat if cfg.chat else (lambda p: p)
+    write_jsonl(paths["prompts_train"], [{"prompt": shown(p)} for p in train_prompts])
+    write_jsonl(paths["prompts_eval"], [{"prompt": shown(p)} for p in eval_prompts])
     with open(os.path.join(out, "task.json"), "w") as fh:
         json.dump({**asdict(cfg), "paths": paths}, fh, indent=1)
     return paths

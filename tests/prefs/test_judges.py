@@ -50,6 +50,10 @@ def test_pairwise_lm_judge_swaps_positions(tiny_sft):
                                   tok.pad_token_id)
         return float(sequence_logps(model, batch).detach())
 
+    # a chat prompt is judged on its messages' contents: the same verdict as the plain prompt
+    chat = [[{"role": "user", "content": p}] for p in prompts]
+    torch.testing.assert_close(judge.prefer(chat, a, b), p_ab, rtol=0, atol=0)
+    assert J.prompt_text([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]) == "be brief\nhi"
     c1 = J.DEFAULT_TEMPLATE.format(prompt=prompts[0], first=a[0], second=b[0])
     c2 = J.DEFAULT_TEMPLATE.format(prompt=prompts[0], first=b[0], second=a[0])
     p1 = 1 / (1 + math.exp(verdict_logp(c1, "b") - verdict_logp(c1, "a")))

@@ -152,3 +152,75 @@ def test_lora_sft_resume_equals_uninterrupted(tiny_task, tmp_path):
     ids = _ids(load_tokenizer(tiny_task["model"]))
     torch.testing.assert_close(_logits(load_causal_lm(str(tmp_path / "parts" / "model")), ids),
                                _logits(load_causal_lm(whole.model_path), ids), rtol=1e-5, atol=1e-5)
+
+
+def _main(args, capsys):
+    from offrl.cli import main
+
+    code = main(args)
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def _snapshot(folder):
+    """Every file under ``folder`` with its size and modification time (to see that nothing changed)."""
+    return {os.path.relpath(os.path.join(d, f), folder): (os.path.getsize(os.path.join(d, f)),
+                                                          os.path.getmtime(os.path.join(d, f)))
+            for d, _, files in os.walk(folder) for f in files}
+
+
+def test_lora_bad_input_one_line_exit_2_run_folder_untouched(tiny_task, tmp_path, capsys):
+    """A target the model does not have (the available ones named) and a rank of 0, on every trainer."""
+    data = {"sft": ("--data", tiny_task["demos"]), "dpo": ("--data", tiny_task["pairs"]),
+            "simpo": ("--data", tiny_task["pairs"]), "grpo": ("--prompts", tiny_task["prompts_train"]),
+            "ppo": ("--prompts", tiny_task["prompts_train"]), "online-dpo": ("--prompts", tiny_task["prompts_train"]),
+            "iterate": ("--prompts", tiny_task["prompts_train"])}
+    for command, (flag, path) in data.items():
+        for lora, words in (("4,8,0,qkv+v_proj", "--lora target qkv is not a linear module of this model; available: "
+                                                 "down_proj+gate_proj+k_proj+o_proj+q_proj+up_proj+v_proj."),
+                            ("0,8,0", "the rank must be at least 1 (got 0)")):
+            out = tmp_path / f"{command}_{lora[0]}"
+            extra = [] if command in ("iterate",) else ["--no-progress"]
+            code, err = _main(["prefs", command, "--model", tiny_task["model"], flag, path, "--out", str(out),
+                               "--steps", "1", "--lora", lora, *extra], capsys)
+            assert code == 2 and len(err) == 1 and words in err[0], (command, lora, err)
+            assert not out.exists(), (command, lora)
+
+
+def test_adapter_from_another_base_one_line_exit_2_run_folder_untouched(tiny_task, tmp_path, capsys):
+    import json
+    import shutil
+
+    from offrl.prefs.task import TaskConfig, make_task
+
+    other = make_task(str(tmp_path / "other"), TaskConfig(train_prompts=20, eval_prompts=5, hidden_size=48,
+                                                          intermediate_size=64, layers=1, heads=2))
+    run = tmp_path / "run"
+    common = ["--data", tiny_task["demos"], "--out", str(run), "--batch-size", "8", "--max-length", "24",
+              "--lora", "2,4,0", "--no-progress"]
+    code, _ = _main(["prefs", "sft", "--model", tiny_task["model"], *common, "--steps", "4", "--save-every", "2"],
+                    capsys)
+    assert code == 0
+    before = _snapshot(run)
+    # resuming the adapter run on a base of another architecture
+    code, err = _main(["prefs", "sft", "--model", other["model"], *common, "--steps", "6", "--resume"], capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "was trained on" in err[0] and "whose architecture differs from --model" in err[0]
+    assert _snapshot(run) == before
+    # an adapter folder whose recorded base is gone, given as --model
+    adapter = tmp_path / "adapter"
+    shutil.copytree(run / "model", adapter)
+    cfg = json.load(open(adapter / "adapter_config.json"))
+    cfg["base_model_name_or_path"] = str(tmp_path / "gone")
+    json.dump(cfg, open(adapter / "adapter_config.json", "w"))
+    out = tmp_path / "out"
+    code, err = _main(["prefs", "sft", "--model", str(adapter), "--data", tiny_task["demos"], "--out", str(out),
+                       "--steps", "1", "--no-progress"], capsys)
+    assert code == 2 and len(err) == 1 and "records its base model as" in err[0] and not out.exists(), err
+    # an adapter of another base whose recorded base is gone: the shapes do not fit
+    from offrl.prefs.adapters import apply_lora, load_adapter
+    from offrl.prefs.modeling import load_causal_lm
+
+    foreign = tmp_path / "foreign"
+    apply_lora(load_causal_lm(other["model"]), LoraSpec(2, 4, 0.0), str(tmp_path / "gone")).save_pretrained(str(foreign))
+    with pytest.raises(ConfigError, match="does not fit --model"):
+        load_adapter(load_causal_lm(tiny_task["model"]), str(foreign), tiny_task["model"])
