@@ -323,3 +323,22 @@ def test_a_behavior_shift_alone_makes_a_mixture_and_one_policy_without_it():
     assert report["tier"]["kind"] in ("mixture of policies", "learning history")
     assert report["action_predictability"]["shift"] > 0.5
     assert any(e["signal"] == "behaviour shift" for e in report["tier"]["evidence"])
+
+
+def test_newer_algorithms_are_suggested_where_they_fit_with_the_reason():
+    from offrl.algos import get_algorithm
+
+    medium = recommend({"estimate": "medium", "kind": "one policy", "confidence": "high", "level": {"median_score": 45.0}})
+    assert medium["algorithm"] == "IQL" and "ReBRAC" in medium["alternatives"]
+    assert any("89.7 vs 81.6" in r for r in medium["reasons"])
+    assert "EDAC" not in medium["alternatives"]  # one policy: narrow actions, no ensemble suggestion
+    history = recommend({"estimate": "medium-replay", "kind": "learning history", "confidence": "high",
+                         "level": {"median_score": 30.0}}, {"occupied_fraction": 0.55})
+    assert {"ReBRAC", "EDAC"} <= set(history["alternatives"])
+    assert any("55% of the PCA grid" in r and "N critics" in r for r in history["reasons"])
+    narrow = recommend({"estimate": "random", "kind": "random actions", "confidence": "high"}, {"occupied_fraction": 0.1})
+    assert "EDAC" not in narrow["alternatives"] and "ReBRAC" not in narrow["alternatives"]
+    expert = recommend({"estimate": "expert", "kind": "one policy", "confidence": "high", "level": {"median_score": 95.0}})
+    assert expert["alternatives"] == ["TD3+BC"]
+    for name in [*history["alternatives"], history["algorithm"]]:
+        get_algorithm(name)  # every name given is a registered algorithm
