@@ -26,7 +26,7 @@ def _batch(n=32, seed=0):
 
 def _agent(**changes):
     config = dataclasses.replace(fql.Config(), hidden_dims=(16, 16), flow_steps=4, **changes)
-    return fql.create(config, OBS_DIM, ACTION_DIM, jax.random.key(0))
+    return fql.create(config, OBS_DIM, ACTION_DIM, jax.random.PRNGKey(0))  # raw key data, as the engine keeps it
 
 
 def test_the_one_step_objective_by_hand():
