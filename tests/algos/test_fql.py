@@ -111,7 +111,7 @@ def test_the_target_critic_is_polyak_averaged():
 
 def test_fql_beats_a_random_policy_on_pendulum():
     """The noisy swing-up controller data of tests/engine (normalised: random 0, controller 100)."""
-    run = engine.train("fql", pendulum_medium(), steps=1000, eval_every=1000, log_every=500, eval_episodes=5,
+    run = engine.train("fql", pendulum_medium(), steps=2000, eval_every=2000, log_every=500, eval_episodes=5,
                        progress=False, config_overrides={"hidden_dims": "64,64", "normalize_q_loss": "true", "alpha": "1"})
     score = float(np.mean(run.final_scores))
     assert score > 15, f"FQL reached only {score:.1f} (random = 0, controller = 100)"

@@ -95,8 +95,8 @@ def test_act_shapes_range_and_determinism():
 
 def test_idql_beats_a_random_policy_on_pendulum():
     """The noisy swing-up controller data of tests/engine (normalised: random 0, controller 100)."""
-    run = engine.train("idql", pendulum_medium(), steps=1500, eval_every=1500, log_every=500, eval_episodes=5,
+    run = engine.train("idql", pendulum_medium(), steps=2500, eval_every=2500, log_every=500, eval_episodes=5,
                        progress=False, config_overrides={"hidden_dims": "64,64", "actor_hidden_dims": "64,64",
-                                                         "actor_ema": "0.01", "num_samples": "16"})
+                                                         "actor_ema": "0.01", "num_samples": "32"})
     score = float(np.mean(run.final_scores))
     assert score > 15, f"IDQL reached only {score:.1f} (random = 0, controller = 100)"
