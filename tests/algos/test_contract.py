@@ -30,9 +30,9 @@ def test_every_registered_algorithm_meets_the_contract(name):
 def test_capabilities_declared_by_the_built_in_specs():
     """The lists the specs must produce (written out here, not derived from the specs)."""
     assert set(algorithm_names(finetunable=True)) == {"cql", "cal_ql", "iql", "awac", "td3_bc", "td3",
-                                                       "rebrac", "sac_n", "edac", "lb_sac", "spot"}
+                                                       "rebrac", "sac_n", "edac", "lb_sac", "spot", "fql"}
     assert algorithm_names(return_conditioned=True) == ("dt",)
-    assert set(algorithm_names(exportable=False)) == {"tt", "diffuser", "bcq", "discrete_bcq", "plas"}
+    assert set(algorithm_names(exportable=False)) == {"tt", "diffuser", "bcq", "discrete_bcq", "plas", "idql"}
     assert set(algorithm_names(action_space="discrete")) == {"discrete_bc", "dqn", "double_dqn", "discrete_cql",
                                                              "discrete_bcq", "discrete_iql"}
     assert algorithm_spec("cal_ql").online_extras_fill == {"mc_returns": float("-inf")}
