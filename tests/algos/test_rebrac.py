@@ -9,6 +9,7 @@ from offrl import data as offrl_data
 from offrl import engine
 from offrl.algos import rebrac
 from offrl.data import Dataset
+from offrl.engine.data import sampler
 
 
 def test_critic_target_subtracts_the_next_action_penalty_only_where_the_next_action_is_known():
@@ -43,13 +44,12 @@ def test_next_actions_follow_the_episode_and_are_unknown_at_cuts_gaps_and_the_la
     obs = jnp.array([[0.0], [1.0], [2.0], [10.0], [11.0]])
     next_obs = jnp.array([[1.0], [2.0], [3.0], [99.0], [12.0]])  # row 2 ends an episode; row 3's successor is not row 4
     actions = jnp.array([[0.1], [0.2], [0.3], [0.4], [0.5]])
-    arrays = {"observations": obs, "next_observations": next_obs, "actions": actions}
-    nxt, known = rebrac.next_action_rows(arrays, jnp.array([0, 1, 2, 3, 4, 1]))
-    np.testing.assert_allclose(nxt, [[0.2], [0.3], [0.3], [0.4], [0.5], [0.3]], rtol=1e-6)
-    np.testing.assert_array_equal(known, [1, 1, 0, 0, 0, 1])
+    nxt, known = rebrac.next_action_arrays(np.asarray(obs), np.asarray(next_obs), np.asarray(actions))
+    np.testing.assert_allclose(nxt, [[0.2], [0.3], [0.3], [0.4], [0.5]], rtol=1e-6)
+    np.testing.assert_array_equal(known, [1, 1, 0, 0, 0])
 
 
-def test_the_sampler_draws_next_actions_from_the_data_in_agent_units():
+def test_minibatches_carry_the_next_actions_from_the_data_in_agent_units():
     """Episodes of a random walk cut by timeouts: the sampled next actions are the data's own
     (rescaled) next actions inside episodes and switched off at the cuts."""
     rng = np.random.default_rng(0)
@@ -62,7 +62,7 @@ def test_the_sampler_draws_next_actions_from_the_data_in_agent_units():
     ds = Dataset.from_arrays(obs[:40], actions, rng.standard_normal(40), np.zeros(40, bool), timeouts,
                              next_observations=next_obs)
     arrays, info = engine.prepare_data(ds, rebrac.Config(), None, rebrac)
-    batch = rebrac.sample(arrays, jax.random.PRNGKey(0), 256)
+    batch = sampler(rebrac)(arrays, jax.random.PRNGKey(0), 256)
     agent_actions = info.to_agent_action(actions)                 # [-1, 1]
     rows = np.array([int(np.flatnonzero(np.all(np.asarray(arrays["observations"]) == o, axis=1))[0])
                      for o in np.asarray(batch.observations)])
@@ -73,7 +73,8 @@ def test_the_sampler_draws_next_actions_from_the_data_in_agent_units():
 
 
 def test_minibatches_without_next_actions_train_without_the_critic_penalty():
-    """Online fine-tuning's mixed minibatches carry only the five transition fields."""
+    """A caller's own minibatch of the five transition fields trains without the penalty; one whose
+    next actions are all unknown gives the same loss, one whose next actions are known a different one."""
     config = rebrac.Config(hidden_dims=(8,), batch_size=4, critic_bc_weight=100.0)
     agent = rebrac.create(config, 3, 2, jax.random.PRNGKey(0))
     rng = np.random.default_rng(1)
