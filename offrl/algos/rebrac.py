@@ -58,7 +58,7 @@ import numpy as np
 
 from offrl import losses
 from offrl.algos import td3
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.algos.td3 import Agent
@@ -157,14 +157,14 @@ def actor_loss(params, agent: Agent, batch: Batch):
     cfg = agent.config
     policy_actions = agent.actor.apply_fn(params, batch.observations)
     q = min_q_value(agent, batch.observations, policy_actions)
-    loss = actor_objective(q, policy_actions, batch.actions, cfg.actor_bc_weight, cfg.normalize_q)
+    loss = actor_objective(q, policy_actions, batch.actions, hyperparameter(agent, "actor_bc_weight"), cfg.normalize_q)
     return loss, {"bc_mse": losses.bc_mse(policy_actions, batch.actions)}
 
 
 # ---------------------------------------------------------------------- update
 def _update_actor_and_targets(agent: Agent, batch: Batch) -> Agent:
     actor, loss, aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch)
-    tau = agent.config.tau
+    tau = hyperparameter(agent, "tau")
     return agent.replace(
         actor=actor,
         target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, tau),
@@ -177,7 +177,8 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     rng, noise_key = jax.random.split(agent.rng)
     next_actions = agent.actor.apply_fn(agent.target_actor_params, batch.next_observations)
-    noise = jnp.clip(cfg.policy_noise * jax.random.normal(noise_key, next_actions.shape), -cfg.noise_clip, cfg.noise_clip)
+    noise_clip = hyperparameter(agent, "noise_clip")
+    noise = jnp.clip(hyperparameter(agent, "policy_noise") * jax.random.normal(noise_key, next_actions.shape), -noise_clip, noise_clip)
     next_actions = jnp.clip(next_actions + noise, -1.0, 1.0)
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
     if "next_actions" in batch.extras:
@@ -185,7 +186,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     else:  # minibatches of the five transition fields only (a caller's own): no critic penalty
         data_next, known = next_actions, jnp.zeros_like(next_q)
     target = critic_target(batch.rewards, batch.masks, next_q, next_actions, data_next, known,
-                           cfg.critic_bc_weight, cfg.discount)
+                           hyperparameter(agent, "critic_bc_weight"), hyperparameter(agent, "discount"))
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(critic=critic, rng=rng)
     agent = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets, lambda a, b: a, agent, batch)
@@ -198,4 +199,5 @@ act = td3.act
 q_value = min_q_value
 explore = td3.explore
 
-SPEC = AlgorithmSpec(name="rebrac", finetunable=True, explore=explore, extra_arrays=extra_arrays)
+SPEC = AlgorithmSpec(name="rebrac", finetunable=True, explore=explore, extra_arrays=extra_arrays,
+                     traced_fields=("discount", "tau", "policy_noise", "noise_clip", "actor_bc_weight", "critic_bc_weight"))

@@ -104,3 +104,40 @@ def test_out_of_range_fields_are_refused(field, value):
 
     with pytest.raises(ConfigError, match=field):
         apply_overrides(rebrac.Config(), {field: value})
+
+
+def test_a_grid_over_the_bc_weights_is_one_compiled_program():
+    """Both BC weights are traced fields: a 2 x 2 grid over them is one vmapped program of four
+    members, while a grid over the (static) width splits."""
+    from offrl.sweeps.grid import parse_grid, plan_programs
+
+    grid = parse_grid(rebrac.Config, ["actor_bc_weight=0.01,0.1", "critic_bc_weight=0.01,0.5"])
+    plan = plan_programs(rebrac.Config, grid)
+    assert plan.traced == ("actor_bc_weight", "critic_bc_weight") and plan.static == ()
+    assert [len(p.members) for p in plan.programs] == [4]
+    split = plan_programs(rebrac.Config, parse_grid(rebrac.Config, ["critic_bc_weight=0.01,0.5", "hidden_dims=8;16"]))
+    assert [len(p.members) for p in split.programs] == [2, 2]
+
+
+def test_a_traced_critic_bc_weight_trains_as_the_static_one():
+    """One update with critic_bc_weight 0.5 given through agent.hparams equals the update with 0.5
+    in the config (and differs from the default's), on a batch whose next actions are known."""
+    import dataclasses
+
+    rng = np.random.default_rng(2)
+    f = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)  # noqa: E731
+    batch = rebrac.Batch(f(8, 3), jnp.tanh(f(8, 2)), f(8), f(8, 3), jnp.ones(8),
+                         extras={"next_actions": jnp.tanh(f(8, 2)), "next_action_known": jnp.ones(8)})
+    base = rebrac.Config(hidden_dims=(8,), batch_size=8)
+
+    def leaves(config, hparams=None):
+        agent = rebrac.create(config, 3, 2, jax.random.PRNGKey(0))
+        if hparams:
+            agent = agent.replace(hparams={k: jnp.asarray(v, jnp.float32) for k, v in hparams.items()})
+        agent, _ = jax.jit(rebrac.update)(agent, batch)
+        return [np.asarray(x) for x in jax.tree_util.tree_leaves(agent.critic.params)]
+
+    static, traced = leaves(dataclasses.replace(base, critic_bc_weight=0.5)), leaves(base, {"critic_bc_weight": 0.5})
+    for a, b in zip(static, traced):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert any(not np.allclose(a, b) for a, b in zip(static, leaves(base)))
