@@ -1,8 +1,9 @@
 """Offline -> online fine-tuning: continue an offline run with environment interaction.
 
 Conservatism that protects an offline learner (a seatbelt) can hold it back once it may act
-(handcuffs). :func:`finetune` continues a run of CQL, Cal-QL, IQL, AWAC or TD3+BC online, with
-the field's remedies as composable options:
+(handcuffs). :func:`finetune` continues a run of any algorithm whose spec is fine-tunable (CQL,
+Cal-QL, IQL, AWAC, TD3+BC, TD3, ReBRAC, SPOT, SAC-N, EDAC, LB-SAC) online, with the field's
+remedies as composable options:
 
 * **replay mixing** (``mix_ratio``): each minibatch has exactly ``round(B * mix_ratio)`` offline
   rows and the rest from the online buffer (0: online data only, the naive continuation);
@@ -12,7 +13,9 @@ the field's remedies as composable options:
 * **annealed BC** (``bc_anneal_steps``, TD3+BC): the BC weight falls linearly to 0 (TD3+BC -> TD3).
 
 The environment -> replay -> scanned-update loop is :class:`offrl.engine.online.OnlineLearner`,
-with the algorithm's ``explore`` as its action rule and replay mixing through :mod:`offrl.replay`.
+with the algorithm's ``explore`` as its action rule; its minibatches draw the offline rows with the
+spec's sampler and fill the algorithm's extra arrays online (ReBRAC's next actions by the learner's
+successor rule, Cal-QL's Monte-Carlo returns by ``online_extras``).
 Seeds are vmapped (one env and one online buffer per seed; the offline data is shared). Every
 ``checkpoint_every`` env steps all envs start new episodes from seeds derived from the step, and
 the agents, data keys and buffers are saved: a killed run resumed with ``resume=True`` ends with

@@ -1,7 +1,7 @@
-"""Conservative Q-Learning, CQL(H) (Kumar, Zhou, Tucker & Levine 2020) on a SAC actor.
+"""Conservative Q-Learning, CQL(H) and CQL(rho) (Kumar, Zhou, Tucker & Levine 2020) on a SAC actor.
 
 Critic: the soft-Bellman regression plus a penalty that pushes Q down on out-of-distribution
-actions and up on the data's actions::
+actions and up on the data's actions; ``variant="h"`` (the default) is CQL(H)::
 
     L_Q = sum_k mean (Q_k(s,a) - y)^2 + alpha_cql * sum_k mean_i (lse_k(s_i) - Q_k(s_i, a_i))
     y   = r + gamma * mask * min_k Q'_k(s', a'),   a' ~ pi(.|s')
@@ -11,6 +11,25 @@ over ``n_actions`` uniform actions (``log mu = -d log 2``), ``n_actions`` policy
 ``s`` and ``n_actions`` policy actions at ``s'`` (``log mu = log pi``), all evaluated at ``s``.
 With ``lagrange=True`` the weight is ``alpha' = exp(log_alpha')``, tuned by dual gradient
 steps so that ``alpha_cql * (lse - Q_data)`` stays near ``target_action_gap``.
+
+CQL(rho) (``variant="rho"``, the paper's eq. 4 and Appendix A) replaces the entropy regulariser
+of the inner maximisation ``max_mu E_mu[Q] + R(mu)`` by ``R(mu) = -T KL(mu || rho)``. Its
+maximiser is ``mu*(a|s) = rho(a|s) exp(Q(s,a) / T) / Z(s)``, and the penalty per critic becomes
+the ``exp(Q / T)``-weighted average of Q under the prior::
+
+    R_k(s) = E_{a~rho}[(exp(Q_k(s,a) / T) / Z_k(s)) Q_k(s,a)] - Q_k(s, a_data)
+           ~ sum_j w_kj Q_k(s, a_j) - Q_k(s, a_data),   w_kj = softmax_j(Q_k(s, a_j) / T),  a_j ~ rho(.|s)
+
+offrl follows the paper's choice ``rho = pi_{k-1}``, the policy of the previous iteration: the
+``n_actions`` actions ``a_j`` are drawn at ``s`` from the actor as it is before this update's
+actor step. The weights are the importance ratio ``mu* / rho = exp(Q / T) / Z``, self-normalised
+over the samples (``Z`` estimated by their mean), and are held constant in the gradient
+(``stop_gradient``): by Danskin's theorem the gradient of the inner maximum
+``T log E_rho[exp(Q / T)]`` with respect to Q is ``E_{mu*}[grad Q]``, which is the gradient of the
+written penalty with ``mu*`` fixed, so the penalty's value is the paper's expression and its
+gradient the exact one of the min-max objective. No uniform or next-state actions enter, and
+``importance_sampling`` does not apply. The authors' released code implements only CQL(H); the
+Gym defaults above are kept for both variants.
 
 Actor (SAC with automatic entropy): ``L_pi = mean (alpha log pi(a|s) - min_k Q_k(s, a))``,
 ``a ~ pi``; for the first ``bc_warmup_steps`` the actor clones the data instead
@@ -48,7 +67,7 @@ from flax.training.train_state import TrainState
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, scalar_train_state
 from offrl.algos.contract import AlgorithmSpec
-from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
+from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OneOf, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_log_prob, tanh_gaussian_sample
 
 
@@ -66,7 +85,7 @@ class Config:
     batch_size: int = param(256, POSITIVE_INT)  #: minibatch size
     cql_alpha: float = param(5.0, NON_NEGATIVE)  #: weight of the conservative penalty (min_q_weight, Gym: 5)
     n_actions: int = param(10, POSITIVE_INT)  #: sampled actions per source for the log-sum-exp
-    logsumexp_temperature: float = param(1.0, POSITIVE)  #: T of the penalty's soft maximum T log sum exp(Q / T)
+    logsumexp_temperature: float = param(1.0, POSITIVE)  #: T of the penalty's soft maximum T log sum exp(Q / T) (CQL(rho): of its weights softmax(Q / T))
     importance_sampling: bool = param(True, BOOL)  #: subtract log mu(a) (CQL(H) with importance correction)
     lagrange: bool = param(False, BOOL)  #: tune the penalty weight by dual gradient descent
     target_action_gap: float = param(10.0, NON_NEGATIVE)  #: tau of the Lagrangian variant
@@ -81,6 +100,7 @@ class Config:
     calibrated: bool = param(False, BOOL)  #: Cal-QL: policy-action Q-values in the penalty lower-bounded by the data's MC return
     cql_alpha_decay: float = param(0.0, NON_NEGATIVE)  #: lambda of cql_alpha * exp(-lambda * (step - decay_start_step)) (offline->online)
     decay_start_step: int = param(0, NON_NEGATIVE_INT)  #: the step where the decay starts (fine-tuning: the offline run's last step)
+    variant: str = param("h", OneOf(("h", "rho")))  #: "h": CQL(H), the log-sum-exp penalty; "rho": CQL(rho), the exp(Q/T)-weighted mean of Q under the previous policy
 
     RENAMED: ClassVar[dict[str, str]] = {"temperature_lr": "entropy_alpha_lr", "cql_temperature": "logsumexp_temperature",
                                          "initial_temperature": "initial_entropy_alpha"}
@@ -131,8 +151,17 @@ def penalty_weight(cfg: Config, step: jax.Array, cql_alpha=None) -> jax.Array:
     return (cfg.cql_alpha if cql_alpha is None else cql_alpha) * jnp.exp(-cfg.cql_alpha_decay * jnp.maximum(step - cfg.decay_start_step, 0))
 
 
+def prior_weighted_q(q_prior: jax.Array, temperature) -> jax.Array:
+    """CQL(rho)'s ``sum_j w_j Q(s, a_j)``, ``w = stop_gradient(softmax_j(Q(s, a_j) / T))``, over the
+    last axis of ``q_prior`` (Q-values of actions drawn from the prior rho)."""
+    weights = jax.lax.stop_gradient(jax.nn.softmax(q_prior / temperature, axis=-1))
+    return jnp.sum(weights * q_prior, axis=-1)
+
+
 def critic_loss(params, agent: Agent, batch: Batch, target, ood_actions, ood_log_densities):
-    """TD loss plus the CQL(H) penalty; ``ood_actions`` is ``(B, M, d)``, densities ``(B, M)``."""
+    """TD loss plus the CQL(H) penalty (``variant="h"``: ``ood_actions`` is ``(B, M, d)``, densities
+    ``(B, M)``) or the CQL(rho) penalty (``"rho"``: ``ood_actions`` are the prior's samples at ``s``;
+    the densities are not used)."""
     cfg = agent.config
     B, M, d = ood_actions.shape
     obs_rep = jnp.repeat(batch.observations, M, axis=0)
@@ -143,11 +172,14 @@ def critic_loss(params, agent: Agent, batch: Batch, target, ood_actions, ood_log
     if cfg.calibrated:
         lower_bound = batch.extras["mc_returns"]
         aux["calql_bound_rate"] = jnp.mean(q_ood[..., cfg.n_actions:] < lower_bound[None, :, None])
-        q_ood = calibrate(q_ood, lower_bound, cfg.n_actions)
-    if not cfg.importance_sampling:
-        q_ood = jnp.concatenate([q_ood, q_data[:, :, None]], axis=-1)
-        ood_log_densities = jnp.zeros(q_ood.shape[1:])
-    lse = losses.importance_logsumexp(q_ood, ood_log_densities, hyperparameter(agent, "logsumexp_temperature"))
+        q_ood = calibrate(q_ood, lower_bound, 0 if cfg.variant == "rho" else cfg.n_actions)
+    if cfg.variant == "rho":
+        lse = prior_weighted_q(q_ood, hyperparameter(agent, "logsumexp_temperature"))
+    else:
+        if not cfg.importance_sampling:
+            q_ood = jnp.concatenate([q_ood, q_data[:, :, None]], axis=-1)
+            ood_log_densities = jnp.zeros(q_ood.shape[1:])
+        lse = losses.importance_logsumexp(q_ood, ood_log_densities, hyperparameter(agent, "logsumexp_temperature"))
     weight = penalty_weight(cfg, agent.step, hyperparameter(agent, "cql_alpha"))
     gaps = jnp.stack([losses.cql_penalty(lse[k], q_data[k]) for k in range(cfg.num_qs)])
     td = losses.td_loss(q_data, target)
@@ -206,6 +238,9 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     rng, ood_key, actor_key = jax.random.split(agent.rng, 3)
     ood_actions, ood_log_densities, next_actions = _sample_ood(agent, batch, ood_key)
+    if cfg.variant == "rho":  # rho = pi_{k-1}: the current-state policy actions only
+        ood_actions = ood_actions[:, cfg.n_actions:2 * cfg.n_actions]
+        ood_log_densities = ood_log_densities[:, cfg.n_actions:2 * cfg.n_actions]
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
     target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
     actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, actor_key)

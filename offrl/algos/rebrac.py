@@ -35,10 +35,13 @@ Where offrl follows which source
   biases 0.1 (the paper reports no ablation of it).
 * The authors drop timeout transitions (their dataset has no next action there); offrl keeps
   them and switches the critic penalty off at those rows (``k' = 0``). The next action is
-  looked up when a minibatch is drawn (:func:`sample`): row ``i + 1`` continues row ``i`` when
-  ``s'_i = s_{i+1}``, which also holds for data that are not stored episode by episode.
-* Online fine-tuning (``offrl finetune``) draws its mixed minibatches without :func:`sample`,
-  so the critic penalty is off online (``k' = 0`` for every row); the actor's BC term stays.
+  looked up once, when the data are prepared (:func:`extra_arrays`): row ``i + 1`` continues
+  row ``i`` when ``s'_i = s_{i+1}``, which also holds for data that are not stored episode by
+  episode; minibatches carry ``next_actions`` and ``next_action_known`` in ``extras``.
+* Online fine-tuning (``offrl finetune``, as CORL fine-tunes ReBRAC) keeps the critic penalty:
+  the online learner's successor rule (:mod:`offrl.engine.online`) stores, for each online row,
+  the action taken at the next env step of the same episode (the exploring policy's, as the
+  dataset's next action is the behaviour policy's), with ``k' = 0`` at an episode's last row.
 
 Example::
 
@@ -51,17 +54,18 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from offrl import losses
 from offrl.algos import td3
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.algos.td3 import Agent
 from offrl.nets import DeterministicActor, EnsembleCritic
 
 __all__ = ["Config", "Agent", "create", "update", "act", "explore", "q_value", "critic_target", "actor_objective",
-           "actor_loss", "critic_loss", "sample", "next_action_rows"]
+           "actor_loss", "critic_loss", "extra_arrays", "next_action_arrays"]
 
 
 @dataclass(frozen=True)
@@ -107,24 +111,26 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
 
 
 # ---------------------------------------------------------------------- data
-def next_action_rows(data: dict, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(a'_D, k')`` of rows ``idx`` of the device arrays: the next row's action where row
-    ``i + 1`` continues row ``i`` (``s'_i == s_{i+1}``: not at an episode cut, nor at the last
-    row), with ``k' = 1`` there; elsewhere the row's own action and ``k' = 0``."""
-    n = data["actions"].shape[0]
-    nxt = jnp.minimum(idx + 1, n - 1)
-    same = jnp.all(jnp.abs(data["next_observations"][idx] - data["observations"][nxt]) <= 1e-6, axis=-1)
-    known = same & (idx + 1 < n)
-    actions = jnp.where(known[:, None], data["actions"][nxt], data["actions"][idx])
-    return actions, known.astype(jnp.float32)
+def next_action_arrays(observations: np.ndarray, next_observations: np.ndarray, actions: np.ndarray):
+    """``(a'_D, k')`` of every row: the next row's action where row ``i + 1`` continues row ``i``
+    (``s'_i == s_{i+1}``: not at an episode cut, nor at the last row), with ``k' = 1`` there;
+    elsewhere the row's own action and ``k' = 0``."""
+    n = len(actions)
+    obs, nxt_obs = observations.reshape(n, -1), next_observations.reshape(n, -1)
+    known = np.zeros(n, bool)
+    known[:-1] = np.all(np.abs(nxt_obs[:-1] - obs[1:]) <= 1e-6, axis=-1)
+    next_actions = np.where(known[:, None], np.concatenate([actions[1:], actions[-1:]]), actions)
+    return next_actions.astype(np.float32), known.astype(np.float32)
 
 
-def sample(data: dict, key: jax.Array, batch_size: int) -> Batch:
-    """i.i.d. rows, with ``next_actions`` and ``next_action_known`` (:func:`next_action_rows`) in ``extras``."""
-    idx = jax.random.randint(key, (batch_size,), 0, data["rewards"].shape[0])
-    next_actions, known = next_action_rows(data, idx)
-    rows = jax.tree_util.tree_map(lambda x: x[idx], data)
-    return Batch.from_rows({**rows, "next_actions": next_actions, "next_action_known": known})
+def extra_arrays(dataset, info, config) -> dict[str, np.ndarray]:
+    """``next_actions`` (the data's next action in agent units) and ``next_action_known``
+    (:func:`next_action_arrays`), put on the device beside the transitions."""
+    n = len(dataset)
+    actions = info.to_agent_action(dataset.actions.reshape(n, -1))
+    next_actions, known = next_action_arrays(np.asarray(dataset.observations, np.float32),
+                                             np.asarray(dataset.next_observations, np.float32), actions)
+    return {"next_actions": next_actions, "next_action_known": known}
 
 
 # ---------------------------------------------------------------------- losses
@@ -151,14 +157,14 @@ def actor_loss(params, agent: Agent, batch: Batch):
     cfg = agent.config
     policy_actions = agent.actor.apply_fn(params, batch.observations)
     q = min_q_value(agent, batch.observations, policy_actions)
-    loss = actor_objective(q, policy_actions, batch.actions, cfg.actor_bc_weight, cfg.normalize_q)
+    loss = actor_objective(q, policy_actions, batch.actions, hyperparameter(agent, "actor_bc_weight"), cfg.normalize_q)
     return loss, {"bc_mse": losses.bc_mse(policy_actions, batch.actions)}
 
 
 # ---------------------------------------------------------------------- update
 def _update_actor_and_targets(agent: Agent, batch: Batch) -> Agent:
     actor, loss, aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch)
-    tau = agent.config.tau
+    tau = hyperparameter(agent, "tau")
     return agent.replace(
         actor=actor,
         target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, tau),
@@ -171,23 +177,27 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     rng, noise_key = jax.random.split(agent.rng)
     next_actions = agent.actor.apply_fn(agent.target_actor_params, batch.next_observations)
-    noise = jnp.clip(cfg.policy_noise * jax.random.normal(noise_key, next_actions.shape), -cfg.noise_clip, cfg.noise_clip)
+    noise_clip = hyperparameter(agent, "noise_clip")
+    noise = jnp.clip(hyperparameter(agent, "policy_noise") * jax.random.normal(noise_key, next_actions.shape), -noise_clip, noise_clip)
     next_actions = jnp.clip(next_actions + noise, -1.0, 1.0)
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
     if "next_actions" in batch.extras:
         data_next, known = batch.extras["next_actions"], batch.extras["next_action_known"]
-    else:  # minibatches not drawn by :func:`sample` (online fine-tuning's mixed batches): no critic penalty
+    else:  # minibatches of the five transition fields only (a caller's own): no critic penalty
         data_next, known = next_actions, jnp.zeros_like(next_q)
     target = critic_target(batch.rewards, batch.masks, next_q, next_actions, data_next, known,
-                           cfg.critic_bc_weight, cfg.discount)
+                           hyperparameter(agent, "critic_bc_weight"), hyperparameter(agent, "discount"))
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(critic=critic, rng=rng)
     agent = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets, lambda a, b: a, agent, batch)
-    return agent.replace(step=agent.step + 1), {"critic_loss": c_loss, "q": c_aux["q"], **agent.last_actor_metrics}
+    critic_bc_penalty = jnp.mean(known * jnp.sum((next_actions - data_next) ** 2, axis=-1))
+    return agent.replace(step=agent.step + 1), {"critic_loss": c_loss, "q": c_aux["q"], "critic_bc_penalty": critic_bc_penalty,
+                                                **agent.last_actor_metrics}
 
 
 act = td3.act
 q_value = min_q_value
 explore = td3.explore
 
-SPEC = AlgorithmSpec(name="rebrac", finetunable=True, explore=explore, sample=sample)
+SPEC = AlgorithmSpec(name="rebrac", finetunable=True, explore=explore, extra_arrays=extra_arrays,
+                     traced_fields=("discount", "tau", "policy_noise", "noise_clip", "actor_bc_weight", "critic_bc_weight"))

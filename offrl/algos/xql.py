@@ -42,7 +42,7 @@ import jax.numpy as jnp
 
 from offrl import losses
 from offrl.algos import iql
-from offrl.algos.common import Batch, apply_gradients_with_loss, min_q_value
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, min_q_value
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.iql import Agent
 from offrl.algos.ranges import (ANY_REAL, BOOL, DISCOUNT, LEARNING_RATE, OrNone, POLYAK, POSITIVE, POSITIVE_INT,
@@ -100,7 +100,7 @@ def gumbel_loss(target: jax.Array, value: jax.Array, beta: float, max_clip: floa
 def value_loss(params, agent: Agent, batch: Batch, target_q):
     cfg = agent.config
     v = agent.value.apply_fn(params, batch.observations)
-    return gumbel_loss(target_q, v, cfg.gumbel_temperature, cfg.max_clip), {"v": v}
+    return gumbel_loss(target_q, v, hyperparameter(agent, "gumbel_temperature"), cfg.max_clip), {"v": v}
 
 
 critic_loss = iql.critic_loss
@@ -117,7 +117,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, next_v)
     agent = agent.replace(
         actor=actor, critic=critic, value=value,
-        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, agent.config.tau),
+        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, hyperparameter(agent, "tau")),
         step=agent.step + 1,
     )
     metrics = {"value_loss": v_loss, "critic_loss": c_loss, "actor_loss": a_loss,
@@ -129,4 +129,6 @@ act = iql.act
 q_value = min_q_value
 explore = iql.explore
 
-SPEC = AlgorithmSpec(name="xql", explore=explore)
+#: iql's critic and actor losses read discount, awr_inverse_temperature and max_weight through hyperparameter too.
+SPEC = AlgorithmSpec(name="xql", explore=explore,
+                     traced_fields=("discount", "tau", "gumbel_temperature", "awr_inverse_temperature", "max_weight"))

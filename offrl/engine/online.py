@@ -8,12 +8,27 @@ Per :meth:`OnlineLearner.chunk`::
         agent_a, env_a, logged = choose(agents, obs, env_step + t)   # the caller's action rule
         transition = rollout.step(env_a)              # offrl.rollout: one env per member
     buffer = add_rows(buffer, the chunk's rows)       # jitted, on the device (offrl.replay)
-    agents = scan(update_every * updates_per_step updates on sample_mixed(offline, buffer, key, B, mix_ratio))
+    agents = scan(update_every * updates_per_step updates on mixed_batch(sample, offline, buffer, key, B, mix_ratio))
 
 Members (the seeds) each have their own env and replay buffer; the offline data, when a batch
 mixes it in, is shared. Minibatch keys are ``fold_in(data_key, agent.step)``, as offline, so a run
 resumed from its agents, data keys and buffers draws the minibatches the uninterrupted run drew.
 No update runs before ``start_steps`` env steps; rows are still stored.
+
+Minibatches (:func:`mixed_batch`): exactly ``round(B * mix_ratio)`` offline rows, drawn by the
+spec's ``sample`` hook (the engine's i.i.d. sampler by default), then the rest i.i.d. from the
+member's buffer; the two parts share the buffer's keys, so every array an algorithm's
+``extra_arrays`` put beside the offline data is a buffer row too, filled online by
+``online_extras`` or by the successor rule below.
+
+Successor rows (a documented rule of the buffer, not of any algorithm): when the rows hold
+``next_actions`` (with ``next_action_known``), as the offline data do when an algorithm's
+``extra_arrays`` supply the data's next action ``a'_D``, an online row's ``next_actions`` is the
+agent-space action taken at the next env step of the same episode, the online counterpart of the
+dataset's next action (both are the behaviour policy's), with ``next_action_known = 1``. It is
+stored once that action is chosen, in this chunk or at the start of the next one; until then,
+and for an episode's last row (terminal, timeout, or cut by :meth:`OnlineLearner.restart`), the
+row holds its own action with ``next_action_known = 0``.
 
 Per-episode arrays: an algorithm whose spec declares ``online_extras(rewards, terminal, config)``
 gets, when an episode ends (or is cut by :meth:`restart`), that function's per-row values written
@@ -32,6 +47,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 TRANSITION_ROW = ("observations", "actions", "rewards", "next_observations", "masks")
+#: rows the learner fills itself when the buffer holds them: the next env step's action (see the module docstring).
+SUCCESSOR_ROW = ("next_actions", "next_action_known")
 
 
 def transition_row(obs_dim: int, action_shape: tuple = (), action_dtype=np.float32, **extras) -> dict:
@@ -59,22 +76,61 @@ def spec_explore(module, keys, to_agent_obs: Callable, to_env_action: Callable) 
     return choose
 
 
+def mixed_batch(sample: Callable, offline, buffer, key, batch_size: int, offline_fraction: float):
+    """A :class:`offrl.algos.common.Batch` of exactly ``n = round(batch_size * offline_fraction)``
+    rows drawn from ``offline`` by ``sample(offline, key, n)`` (the spec's sampler) followed by
+    ``batch_size - n`` i.i.d. filled rows of ``buffer`` (:func:`offrl.replay.sample_rows`).
+
+    Keys are split as :func:`offrl.replay.sample_mixed` splits them, so with the default sampler
+    the rows are the ones it draws. The mixed batch has the buffer's keys (the offline batch must
+    hold them); one source only has that source's keys.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from offrl.algos.common import Batch
+    from offrl.replay import sample_rows
+
+    if not 0.0 <= offline_fraction <= 1.0:
+        raise ValueError(f"offline_fraction must lie in [0, 1], got {offline_fraction}")
+    n_offline = int(round(batch_size * offline_fraction))
+    n_online = batch_size - n_offline
+    if n_offline and offline is None:
+        raise ValueError("mixed_batch needs offline data when offline_fraction > 0")
+    if n_online and buffer is None:
+        raise ValueError("mixed_batch needs a buffer when offline_fraction < 1")
+    offline_key, online_key = jax.random.split(key)
+    if n_online == 0:
+        return sample(offline, offline_key, n_offline)
+    online = sample_rows(buffer, online_key, n_online)
+    if n_offline == 0:
+        return Batch.from_rows(online)
+    drawn = sample(offline, offline_key, n_offline)
+    rows = {**{k: getattr(drawn, k) for k in TRANSITION_ROW}, **drawn.extras}
+    missing = sorted(set(online) - set(rows))
+    if missing:
+        raise KeyError(f"the offline minibatch lacks the buffer's arrays {missing}")
+    return Batch.from_rows({name: jnp.concatenate([rows[name], online[name]]) for name in online})
+
+
 def _learn_fns(module, batch_size: int, num_updates: int, mix_ratio: float):
     """Jitted ``learn`` (add the rows, then ``num_updates`` scanned updates) and ``store`` (add only),
     both ``(agents, buffers, data_keys, rows, offline) -> (agents, buffers, metrics)`` over members."""
     import jax
     import jax.numpy as jnp
 
-    from offrl.algos.common import Batch
     from offrl.engine.chunks import vmap_over_seeds
-    from offrl.replay import add_rows, sample_mixed
+    from offrl.engine.data import sampler
+    from offrl.replay import add_rows
+
+    sample = sampler(module)
 
     def learn(agent, data_key, buffer, rows, offline):
         buffer = add_rows(buffer, rows)
 
         def body(agent, _):
-            batch = sample_mixed(offline, buffer, jax.random.fold_in(data_key, agent.step), batch_size, mix_ratio)
-            return module.update(agent, Batch.from_rows(batch))
+            batch = mixed_batch(sample, offline, buffer, jax.random.fold_in(data_key, agent.step), batch_size, mix_ratio)
+            return module.update(agent, batch)
 
         agent, metrics = jax.lax.scan(body, agent, None, length=num_updates)
         return agent, (buffer, jax.tree_util.tree_map(jnp.mean, metrics))
@@ -101,7 +157,8 @@ class OnlineLearner:
     observe(transition, agent_actions, logged, env_step): optional, sees every env step (a behaviour
         learner keeps the full history for its replay file there).
     example_row: one buffer row (:func:`transition_row`, or a row of the offline data); every key beyond
-        the five transition fields must have a fill value in the spec's ``online_extras_fill``.
+        the five transition fields and :data:`SUCCESSOR_ROW` must have a fill value in the spec's
+        ``online_extras_fill``.
     offline / mix_ratio: the shared offline arrays and their exact share of every minibatch.
     to_agent_obs / scale_rewards: env units -> the agent's (observation normalisation, reward scaling).
     step_offset / folder: name steps and the last good checkpoint in a divergence message.
@@ -121,9 +178,14 @@ class OnlineLearner:
 
         spec = algorithm_spec(module)
         self.fill = dict(spec.online_extras_fill)
-        missing = sorted(k for k in example_row if k not in TRANSITION_ROW and k not in self.fill)
+        missing = sorted(k for k in example_row if k not in TRANSITION_ROW + SUCCESSOR_ROW and k not in self.fill)
         if missing:
             raise ValueError(f"{spec.name}: the replay rows hold {missing}, which online_extras_fill gives no value while an episode is open")
+        successor = [k in example_row for k in SUCCESSOR_ROW]
+        if any(successor) and not all(successor):
+            raise ValueError(f"{spec.name}: the replay rows hold one of {list(SUCCESSOR_ROW)} without the other")
+        self.successor = all(successor)
+        self._pending: dict[int, int] = {}  # member -> buffer row of the previous chunk still waiting for its next action
         self.online_extras = spec.online_extras
         self.members = int(np.asarray(agents.step).shape[0])
         if env.num_envs != self.members:
@@ -154,6 +216,7 @@ class OnlineLearner:
         rows = {k: [] for k in self.keys}
         first_row = int(np.asarray(self.buffers.ptr).reshape(-1)[0])
         count = self.update_every if env_steps is None else int(env_steps)
+        waiting: dict[int, int] = {}  # member -> step (in this chunk) of the row waiting for its next action
         for t in range(count):
             step = self.env_step + t
             agent_actions, env_actions, logged = self.choose(self.agents, self.rollout.obs, step)
@@ -161,8 +224,11 @@ class OnlineLearner:
             if self.observe is not None:
                 self.observe(transition, agent_actions, logged, step)
             rewards = self.scale_rewards(transition["rewards"])
+            actions = np.asarray(agent_actions).reshape(self.members, *self.buffers.data["actions"].shape[2:])
             rows["observations"].append(self.to_agent_obs(transition["observations"]))
-            rows["actions"].append(np.asarray(agent_actions).reshape(self.members, *self.buffers.data["actions"].shape[2:]))
+            rows["actions"].append(actions)
+            if self.successor:
+                self._link_successors(rows, waiting, actions, transition, t)
             rows["rewards"].append(rewards)
             rows["next_observations"].append(self.to_agent_obs(transition["next_observations"]))
             rows["masks"].append(1.0 - np.asarray(transition["terminals"], np.float32))
@@ -179,6 +245,7 @@ class OnlineLearner:
                         self._closed.append((i, self._open[i], bool(transition["terminals"][i])))
                         self._open[i] = []
         new_rows = {k: jnp.asarray(np.stack(v, axis=1), self.dtypes[k]) for k, v in rows.items()}
+        self._pending = {i: (first_row + t) % self.capacity for i, t in waiting.items()}
         self.env_step += count
         fn = self._learn if self.env_step >= self.start_steps and count == self.update_every else self._store
         self.agents, self.buffers, metrics = fn(self.agents, self.buffers, self.data_keys, new_rows, self.offline)
@@ -193,6 +260,7 @@ class OnlineLearner:
         """Start new episodes in every env (reset with ``seeds``); the open ones end as cut (a timeout)."""
         self._closed.extend((i, self._open[i], False) for i in range(self.members) if self._open[i])
         self._open = [[] for _ in range(self.members)]
+        self._pending = {}
         self._write_extras()
         self.rollout.reset_all(list(seeds))
 
@@ -200,6 +268,30 @@ class OnlineLearner:
         """The returns of the episodes finished since the last call, per member."""
         out, self.episode_returns = self.episode_returns, [[] for _ in range(self.members)]
         return out
+
+    def _link_successors(self, rows: dict, waiting: dict, actions: np.ndarray, transition: dict, t: int) -> None:
+        """The successor rule: ``actions`` (step ``t``'s) become the next action of each member's
+        previous row when its episode went on; step ``t``'s row holds its own action, known 0, and
+        waits for step ``t + 1`` unless its episode ended."""
+        import jax.numpy as jnp
+
+        rows["next_actions"].append(actions.copy())
+        rows["next_action_known"].append(np.zeros(self.members, np.float32))
+        if t == 0 and self._pending:
+            data = dict(self.buffers.data)
+            members = np.array(sorted(self._pending))
+            buffer_rows = np.array([self._pending[i] for i in members])
+            data["next_actions"] = data["next_actions"].at[members, buffer_rows].set(
+                jnp.asarray(actions[members], data["next_actions"].dtype))
+            data["next_action_known"] = data["next_action_known"].at[members, buffer_rows].set(1.0)
+            self.buffers = self.buffers.replace(data=data)
+            self._pending = {}
+        for i, previous in waiting.items():
+            rows["next_actions"][previous][i] = actions[i]
+            rows["next_action_known"][previous][i] = 1.0
+        waiting.clear()
+        done = np.asarray(transition["terminals"]) | np.asarray(transition["timeouts"])
+        waiting.update({i: t for i in range(self.members) if not done[i]})
 
     def _write_extras(self) -> None:
         """Write each finished episode's ``online_extras`` (e.g. its Monte-Carlo returns) over its rows."""

@@ -9,6 +9,7 @@ from offrl import data as offrl_data
 from offrl import engine
 from offrl.algos import rebrac
 from offrl.data import Dataset
+from offrl.engine.data import sampler
 
 
 def test_critic_target_subtracts_the_next_action_penalty_only_where_the_next_action_is_known():
@@ -43,13 +44,12 @@ def test_next_actions_follow_the_episode_and_are_unknown_at_cuts_gaps_and_the_la
     obs = jnp.array([[0.0], [1.0], [2.0], [10.0], [11.0]])
     next_obs = jnp.array([[1.0], [2.0], [3.0], [99.0], [12.0]])  # row 2 ends an episode; row 3's successor is not row 4
     actions = jnp.array([[0.1], [0.2], [0.3], [0.4], [0.5]])
-    arrays = {"observations": obs, "next_observations": next_obs, "actions": actions}
-    nxt, known = rebrac.next_action_rows(arrays, jnp.array([0, 1, 2, 3, 4, 1]))
-    np.testing.assert_allclose(nxt, [[0.2], [0.3], [0.3], [0.4], [0.5], [0.3]], rtol=1e-6)
-    np.testing.assert_array_equal(known, [1, 1, 0, 0, 0, 1])
+    nxt, known = rebrac.next_action_arrays(np.asarray(obs), np.asarray(next_obs), np.asarray(actions))
+    np.testing.assert_allclose(nxt, [[0.2], [0.3], [0.3], [0.4], [0.5]], rtol=1e-6)
+    np.testing.assert_array_equal(known, [1, 1, 0, 0, 0])
 
 
-def test_the_sampler_draws_next_actions_from_the_data_in_agent_units():
+def test_minibatches_carry_the_next_actions_from_the_data_in_agent_units():
     """Episodes of a random walk cut by timeouts: the sampled next actions are the data's own
     (rescaled) next actions inside episodes and switched off at the cuts."""
     rng = np.random.default_rng(0)
@@ -62,7 +62,7 @@ def test_the_sampler_draws_next_actions_from_the_data_in_agent_units():
     ds = Dataset.from_arrays(obs[:40], actions, rng.standard_normal(40), np.zeros(40, bool), timeouts,
                              next_observations=next_obs)
     arrays, info = engine.prepare_data(ds, rebrac.Config(), None, rebrac)
-    batch = rebrac.sample(arrays, jax.random.PRNGKey(0), 256)
+    batch = sampler(rebrac)(arrays, jax.random.PRNGKey(0), 256)
     agent_actions = info.to_agent_action(actions)                 # [-1, 1]
     rows = np.array([int(np.flatnonzero(np.all(np.asarray(arrays["observations"]) == o, axis=1))[0])
                      for o in np.asarray(batch.observations)])
@@ -73,7 +73,8 @@ def test_the_sampler_draws_next_actions_from_the_data_in_agent_units():
 
 
 def test_minibatches_without_next_actions_train_without_the_critic_penalty():
-    """Online fine-tuning's mixed minibatches carry only the five transition fields."""
+    """A caller's own minibatch of the five transition fields trains without the penalty; one whose
+    next actions are all unknown gives the same loss, one whose next actions are known a different one."""
     config = rebrac.Config(hidden_dims=(8,), batch_size=4, critic_bc_weight=100.0)
     agent = rebrac.create(config, 3, 2, jax.random.PRNGKey(0))
     rng = np.random.default_rng(1)
@@ -103,3 +104,40 @@ def test_out_of_range_fields_are_refused(field, value):
 
     with pytest.raises(ConfigError, match=field):
         apply_overrides(rebrac.Config(), {field: value})
+
+
+def test_a_grid_over_the_bc_weights_is_one_compiled_program():
+    """Both BC weights are traced fields: a 2 x 2 grid over them is one vmapped program of four
+    members, while a grid over the (static) width splits."""
+    from offrl.sweeps.grid import parse_grid, plan_programs
+
+    grid = parse_grid(rebrac.Config, ["actor_bc_weight=0.01,0.1", "critic_bc_weight=0.01,0.5"])
+    plan = plan_programs(rebrac.Config, grid)
+    assert plan.traced == ("actor_bc_weight", "critic_bc_weight") and plan.static == ()
+    assert [len(p.members) for p in plan.programs] == [4]
+    split = plan_programs(rebrac.Config, parse_grid(rebrac.Config, ["critic_bc_weight=0.01,0.5", "hidden_dims=8;16"]))
+    assert [len(p.members) for p in split.programs] == [2, 2]
+
+
+def test_a_traced_critic_bc_weight_trains_as_the_static_one():
+    """One update with critic_bc_weight 0.5 given through agent.hparams equals the update with 0.5
+    in the config (and differs from the default's), on a batch whose next actions are known."""
+    import dataclasses
+
+    rng = np.random.default_rng(2)
+    f = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)  # noqa: E731
+    batch = rebrac.Batch(f(8, 3), jnp.tanh(f(8, 2)), f(8), f(8, 3), jnp.ones(8),
+                         extras={"next_actions": jnp.tanh(f(8, 2)), "next_action_known": jnp.ones(8)})
+    base = rebrac.Config(hidden_dims=(8,), batch_size=8)
+
+    def leaves(config, hparams=None):
+        agent = rebrac.create(config, 3, 2, jax.random.PRNGKey(0))
+        if hparams:
+            agent = agent.replace(hparams={k: jnp.asarray(v, jnp.float32) for k, v in hparams.items()})
+        agent, _ = jax.jit(rebrac.update)(agent, batch)
+        return [np.asarray(x) for x in jax.tree_util.tree_leaves(agent.critic.params)]
+
+    static, traced = leaves(dataclasses.replace(base, critic_bc_weight=0.5)), leaves(base, {"critic_bc_weight": 0.5})
+    for a, b in zip(static, traced):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert any(not np.allclose(a, b) for a, b in zip(static, leaves(base)))

@@ -63,3 +63,11 @@ def test_out_of_range_fields_are_refused(field, value):
 
     with pytest.raises(ConfigError, match=field):
         apply_overrides(xql.Config(), {field: value})
+
+
+def test_a_grid_over_the_gumbel_temperature_is_one_compiled_program():
+    from offrl.algos import xql
+    from offrl.sweeps.grid import parse_grid, plan_programs
+
+    plan = plan_programs(xql.Config, parse_grid(xql.Config, ["gumbel_temperature=1,2,5", "tau=0.005,0.01"]))
+    assert plan.traced == ("gumbel_temperature", "tau") and [len(p.members) for p in plan.programs] == [6]
