@@ -35,4 +35,4 @@ class Config(sac_n.Config):
     diversity_weight: float = param(1.0, NON_NEGATIVE)  #: eta, weight of the gradient similarity term (paper: 1)
 
 
-SPEC = AlgorithmSpec(name="edac", finetunable=True, explore=explore)
+SPEC = AlgorithmSpec(name="edac", finetunable=True, explore=explore, traced_fields=("discount", "tau", "diversity_weight"))

@@ -34,4 +34,4 @@ class Config(sac_n.Config):
     num_qs: int = param(10, POSITIVE_INT)  #: N critics (paper: 10)
 
 
-SPEC = AlgorithmSpec(name="lb_sac", finetunable=True, explore=explore)
+SPEC = AlgorithmSpec(name="lb_sac", finetunable=True, explore=explore, traced_fields=("discount", "tau"))

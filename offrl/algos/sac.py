@@ -36,7 +36,8 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.contract import AlgorithmSpec
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, scalar_train_state
+from offrl.algos.common import (Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value,
+                                scalar_train_state)
 from offrl.algos.ranges import ANY_REAL, DISCOUNT, LEARNING_RATE, POLYAK, POSITIVE, POSITIVE_INT, WIDTHS, OrNone, param
 from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_sample
 
@@ -68,6 +69,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
 def make_actor(config: Config, action_dim: int) -> GaussianActor:
@@ -100,7 +102,7 @@ def soft_target(agent: Agent, batch: Batch, key: jax.Array) -> jax.Array:
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
     entropy_alpha = jnp.exp(agent.log_entropy_alpha.params["value"])
     return losses.soft_td_target(batch.rewards, batch.masks, next_q, next_log_probs, entropy_alpha,
-                                 agent.config.discount)
+                                 hyperparameter(agent, "discount"))
 
 
 def critic_loss(params, agent: Agent, batch: Batch, target: jax.Array):

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 
 from offrl import losses
 from offrl.algos import sac
-from offrl.algos.common import Batch, apply_gradients_with_loss, min_q_value
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, min_q_value
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.algos.sac import Agent
@@ -132,7 +132,7 @@ def critic_loss(params, agent: Agent, batch: Batch, target: jax.Array):
         return td, aux
     grads = critic_action_gradients(params, batch.observations, batch.actions, cfg.hidden_dims, cfg.num_qs)
     diversity = ensemble_gradient_diversity(grads)
-    return td + cfg.diversity_weight * diversity, {**aux, "diversity_loss": diversity}
+    return td + hyperparameter(agent, "diversity_weight") * diversity, {**aux, "diversity_loss": diversity}
 
 
 # ---------------------------------------------------------------------- update
@@ -150,7 +150,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(
         critic=critic, rng=rng, step=agent.step + 1,
-        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, cfg.tau),
+        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, hyperparameter(agent, "tau")),
     )
     metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "entropy_alpha_loss": t_loss,
                "entropy_alpha": jnp.exp(log_entropy_alpha.params["value"]), "entropy": -a_aux["log_probs"].mean(), **c_aux}
@@ -166,4 +166,4 @@ def explore(agent: Agent, observations: jax.Array, key: jax.Array) -> jax.Array:
     return sac.sample_actions(agent, observations, key)[0]
 
 
-SPEC = AlgorithmSpec(name="sac_n", finetunable=True, explore=explore)
+SPEC = AlgorithmSpec(name="sac_n", finetunable=True, explore=explore, traced_fields=("discount", "tau"))
