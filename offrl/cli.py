@@ -37,6 +37,7 @@ COMMANDS = (
     "demo",
     "benchmark",
     "ope",
+    "model",
     "prefs",
 )
 

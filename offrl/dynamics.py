@@ -168,6 +168,10 @@ class Dynamics(flax.struct.PyTreeNode):
     input_std: jax.Array
     target_mean: jax.Array
     target_std: jax.Array
+    observation_low: jax.Array   #: (obs_dim,) smallest s and s' of the data: model states are clipped to [low, high]
+    observation_high: jax.Array  #: (obs_dim,) largest s and s' of the data
+    reward_low: jax.Array        #: smallest reward of the data: model rewards are clipped to [low, high]
+    reward_high: jax.Array       #: largest reward of the data
     elites: jax.Array         #: (num_elites,) member indices
     holdout_mse: jax.Array    #: (ensemble_size,) best held-out MSE per member (normalised targets)
     epochs: jax.Array         #: epochs the fit ran
@@ -194,6 +198,8 @@ def init_dynamics(settings, obs_dim: int, action_dim: int, key: jax.Array) -> Dy
     return Dynamics(params=params, opt_state=_optimizer(settings).init(params),
                     input_mean=jnp.zeros(d_in), input_std=jnp.ones(d_in),
                     target_mean=jnp.zeros(d_out), target_std=jnp.ones(d_out),
+                    observation_low=jnp.full(obs_dim, -jnp.inf), observation_high=jnp.full(obs_dim, jnp.inf),
+                    reward_low=jnp.array(-jnp.inf), reward_high=jnp.array(jnp.inf),
                     elites=jnp.arange(settings.num_elites), holdout_mse=jnp.full(settings.ensemble_size, jnp.inf),
                     epochs=jnp.zeros((), jnp.int32), fitted=jnp.zeros((), bool), settings=settings, obs_dim=obs_dim)
 
@@ -245,69 +251,107 @@ def model_arrays(data: dict):
     return inputs, targets, 1.0 - data["masks"]
 
 
-def fit_dynamics(model: Dynamics, data: dict, key: jax.Array) -> tuple[Dynamics, dict]:
-    """Fit ``model`` to the engine's device arrays ``data`` (traceable; one ``lax.while_loop`` of epochs).
+class FitState(flax.struct.PyTreeNode):
+    """The fit between epochs (:func:`fit_begin`, :func:`fit_epochs`, :func:`fit_end`): a checkpoint of it
+    resumes the fit exactly (``offrl model train --resume``)."""
 
-    Returns the model with the best held-out parameters of each member, the elites and the
-    normaliser statistics, and a report ``{"model_holdout_mse", "model_epochs"}``.
-    """
+    params: dict
+    opt_state: optax.OptState
+    best_params: dict
+    best: jax.Array        #: (M,) best held-out MSE per member so far
+    since: jax.Array       #: epochs since any member improved by 1%
+    count: jax.Array       #: epochs run
+    key: jax.Array
+    train_idx: jax.Array   #: rows of the training split
+    hold_idx: jax.Array    #: rows of the held-out split
+    input_mean: jax.Array
+    input_std: jax.Array
+    target_mean: jax.Array
+    target_std: jax.Array
+
+
+def fit_begin(model: Dynamics, data: dict, key: jax.Array) -> FitState:
+    """The split (a permutation of the rows by ``key``), the normalisers of the training split, epoch 0."""
+    s = model.settings
+    inputs, targets, _ = model_arrays(data)
+    n = inputs.shape[0]
+    held = holdout_size(s, n)
+    perm_key, key = jax.random.split(key)
+    order = jax.random.permutation(perm_key, n)
+    train_idx, hold_idx = order[: n - held], order[n - held:]
+    M = s.ensemble_size
+    return FitState(params=model.params, opt_state=model.opt_state, best_params=model.params,
+                    best=jnp.full(M, jnp.inf), since=jnp.zeros((), jnp.int32), count=jnp.zeros((), jnp.int32),
+                    key=key, train_idx=train_idx, hold_idx=hold_idx,
+                    input_mean=inputs[train_idx].mean(0), input_std=inputs[train_idx].std(0) + 1e-6,
+                    target_mean=targets[train_idx].mean(0), target_std=targets[train_idx].std(0) + 1e-6)
+
+
+def fit_finished(settings, state: FitState) -> jax.Array:
+    """True once ``model_patience`` epochs passed without improvement, or ``model_max_epochs`` ran."""
+    done = state.since >= settings.model_patience
+    if settings.model_max_epochs is not None:
+        done = done | (state.count >= settings.model_max_epochs)
+    return done
+
+
+def fit_epochs(model: Dynamics, state: FitState, data: dict, max_epochs: int | None = None) -> FitState:
+    """Epochs until :func:`fit_finished` (or ``max_epochs`` more of them); one ``lax.while_loop``, traceable."""
     s = model.settings
     net = model.net
     inputs, targets, terminals = model_arrays(data)
-    n = inputs.shape[0]
-    held = holdout_size(s, n)
-    n_train = n - held
+    n_train = state.train_idx.shape[0]
     batch = min(s.model_batch_size, n_train)
     n_batches = n_train // batch
-    perm_key, key = jax.random.split(key)
-    order = jax.random.permutation(perm_key, n)
-    train_idx, hold_idx = order[:n_train], order[n_train:]
-    x_mean, x_std = inputs[train_idx].mean(0), inputs[train_idx].std(0) + 1e-6
-    y_mean, y_std = targets[train_idx].mean(0), targets[train_idx].std(0) + 1e-6
-    x = (inputs - x_mean) / x_std
-    y = (targets - y_mean) / y_std
-    x_hold, y_hold = x[hold_idx], y[hold_idx]
+    x = (inputs - state.input_mean) / state.input_std
+    y = (targets - state.target_mean) / state.target_std
+    x_hold, y_hold = x[state.hold_idx], y[state.hold_idx]
     tx = _optimizer(s)
     M = s.ensemble_size
+    stop = state.count + (max_epochs if max_epochs is not None else jnp.iinfo(jnp.int32).max - state.count)
 
-    def epoch(carry):
-        params, opt_state, best_params, best, since, count, key = carry
-        key, shuffle_key = jax.random.split(key)
-        shuffles = jax.vmap(lambda k: jax.random.permutation(k, train_idx))(jax.random.split(shuffle_key, M))
+    def epoch(st: FitState) -> FitState:
+        key, shuffle_key = jax.random.split(st.key)
+        shuffles = jax.vmap(lambda k: jax.random.permutation(k, st.train_idx))(jax.random.split(shuffle_key, M))
 
-        def minibatch(j, state):
-            params, opt_state = state
+        def minibatch(j, carry):
+            params, opt_state = carry
             rows = jax.lax.dynamic_slice_in_dim(shuffles, j * batch, batch, axis=1)  # (M, batch)
             grads, _ = jax.grad(model_loss, has_aux=True)(params, net, x[rows], y[rows], terminals[rows],
                                                           s.model_weight_decay)
             updates, opt_state = tx.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state
 
-        params, opt_state = jax.lax.fori_loop(0, n_batches, minibatch, (params, opt_state))
+        params, opt_state = jax.lax.fori_loop(0, n_batches, minibatch, (st.params, st.opt_state))
         mse = holdout_mse(params, net, x_hold, y_hold)
-        improved = (best - mse) / jnp.where(jnp.isfinite(best), jnp.abs(best), 1.0) > 0.01
-        improved = improved | ~jnp.isfinite(best)
+        improved = (st.best - mse) / jnp.where(jnp.isfinite(st.best), jnp.abs(st.best), 1.0) > 0.01
+        improved = improved | ~jnp.isfinite(st.best)
         keep = lambda new, old: jnp.where(improved.reshape((M,) + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
-        best_params = jax.tree_util.tree_map(keep, params, best_params)
-        best = jnp.where(improved, mse, best)
-        since = jnp.where(improved.any(), 0, since + 1)
-        return params, opt_state, best_params, best, since, count + 1, key
+        return st.replace(params=params, opt_state=opt_state,
+                          best_params=jax.tree_util.tree_map(keep, params, st.best_params),
+                          best=jnp.where(improved, mse, st.best), since=jnp.where(improved.any(), 0, st.since + 1),
+                          count=st.count + 1, key=key)
 
-    def going(carry):
-        since, count = carry[4], carry[5]
-        more = since < s.model_patience
-        if s.model_max_epochs is not None:
-            more = more & (count < s.model_max_epochs)
-        return more
+    return jax.lax.while_loop(lambda st: ~fit_finished(s, st) & (st.count < stop), epoch, state)
 
-    init = (model.params, model.opt_state, model.params, jnp.full(M, jnp.inf), jnp.zeros((), jnp.int32),
-            jnp.zeros((), jnp.int32), key)
-    _, opt_state, best_params, best, _, count, _ = jax.lax.while_loop(going, epoch, init)
-    elites = jnp.argsort(best)[: s.num_elites]
-    fitted = model.replace(params=best_params, opt_state=opt_state, input_mean=x_mean, input_std=x_std,
-                           target_mean=y_mean, target_std=y_std, elites=elites, holdout_mse=best,
-                           epochs=count, fitted=jnp.ones((), bool))
-    return fitted, {"model_holdout_mse": best[elites].mean(), "model_epochs": count}
+
+def fit_end(model: Dynamics, state: FitState, data: dict) -> tuple[Dynamics, dict]:
+    """The model with each member's best held-out parameters, the elites, the normalisers and the data's ranges."""
+    elites = jnp.argsort(state.best)[: model.settings.num_elites]
+    fitted = model.replace(params=state.best_params, opt_state=state.opt_state, input_mean=state.input_mean,
+                           input_std=state.input_std, target_mean=state.target_mean, target_std=state.target_std,
+                           observation_low=jnp.minimum(data["observations"].min(0), data["next_observations"].min(0)),
+                           observation_high=jnp.maximum(data["observations"].max(0), data["next_observations"].max(0)),
+                           reward_low=data["rewards"].min(), reward_high=data["rewards"].max(),
+                           elites=elites, holdout_mse=state.best, epochs=state.count, fitted=jnp.ones((), bool))
+    return fitted, {"model_holdout_mse": state.best[elites].mean(), "model_epochs": state.count}
+
+
+def fit_dynamics(model: Dynamics, data: dict, key: jax.Array) -> tuple[Dynamics, dict]:
+    """Fit ``model`` to the engine's device arrays ``data`` (traceable): :func:`fit_begin`, :func:`fit_epochs`
+    until early stopping, :func:`fit_end`. Returns the fitted model and ``{"model_holdout_mse", "model_epochs"}``."""
+    state = fit_epochs(model, fit_begin(model, data, key), data)
+    return fit_end(model, state, data)
 
 
 # ---------------------------------------------------------------------- prediction and rollouts
@@ -325,6 +369,14 @@ def predict(model: Dynamics, observations: jax.Array, actions: jax.Array):
 def mopo_uncertainty(std: jax.Array) -> jax.Array:
     """MOPO's ``u(s, a) = max_i ||sigma_i(s, a)||_2`` over members ``i`` (Yu et al. 2020, eq. 7; ``std``: ``(M, N, D)``)."""
     return jnp.max(jnp.linalg.norm(std, axis=-1), axis=0)
+
+
+def clip_to_data(model: Dynamics, next_observations: jax.Array, rewards: jax.Array):
+    """``(clip(s', s_low, s_high), clip(r, r_low, r_high))`` with the data's ranges: a model sample never
+    leaves the box the data spans (a member extrapolating past it would hand the critic states, and
+    rewards, that no real transition can reach: Pendulum's angular velocity beyond its limit of 8)."""
+    return (jnp.clip(next_observations, model.observation_low, model.observation_high),
+            jnp.clip(rewards, model.reward_low, model.reward_high))
 
 
 def terminal_function(model: Dynamics) -> Callable | None:
@@ -347,10 +399,10 @@ def model_step(model: Dynamics, observations: jax.Array, actions: jax.Array, key
     member = model.elites[jax.random.randint(member_key, (n,), 0, model.elites.shape[0])]
     rows = jnp.arange(n)
     sample = mean[member, rows] + std[member, rows] * jax.random.normal(noise_key, mean.shape[1:])
-    next_obs = observations + sample[:, :-1]
+    next_obs, rewards = clip_to_data(model, observations + sample[:, :-1], sample[:, -1])
     fn = terminal_function(model)
     terminals = fn(observations, actions, next_obs) if fn is not None else terminal_prob[member, rows] > 0.5
-    return Step(next_obs, sample[:, -1], terminals, mopo_uncertainty(std))
+    return Step(next_obs, rewards, terminals, mopo_uncertainty(std))
 
 
 class Transitions(NamedTuple):
@@ -433,9 +485,9 @@ def sample_successors(model: Dynamics, observations: jax.Array, actions: jax.Arr
     mean, std, terminal_prob = predict(model, observations, actions)
     mean, std, terminal_prob = mean[model.elites], std[model.elites], terminal_prob[model.elites]
     sample = mean + std * jax.random.normal(key, (num_samples, *mean.shape))
-    next_obs = observations + sample[..., :-1]
+    next_obs, rewards = clip_to_data(model, observations + sample[..., :-1], sample[..., -1])
     fn = terminal_function(model)
     obs = jnp.broadcast_to(observations, next_obs.shape)
     act = jnp.broadcast_to(actions, (*next_obs.shape[:-1], actions.shape[-1]))
     terminals = fn(obs, act, next_obs) if fn is not None else jnp.broadcast_to(terminal_prob > 0.5, sample.shape[:-1])
-    return next_obs, sample[..., -1], 1.0 - terminals.astype(jnp.float32)
+    return next_obs, rewards, 1.0 - terminals.astype(jnp.float32)

@@ -132,3 +132,39 @@ def test_bad_input_is_one_sentence():
     model = dyn.init_dynamics(dyn.DynamicsSettings(**SMALL), 2, 1, jax.random.PRNGKey(0))
     with pytest.raises(ConfigError, match="horizon is 0"):
         dyn.rollout(model, lambda o, k: jnp.zeros((o.shape[0], 1)), jnp.zeros((2, 2)), jax.random.PRNGKey(0), 0)
+
+
+def test_a_fit_in_chunks_of_epochs_equals_the_fit_at_once():
+    """fit_begin -> fit_epochs(2) -> fit_epochs(2) -> fit_epochs -> fit_end (what `offrl model train --resume`
+    runs) gives the same parameters, elites and epochs as fit_dynamics."""
+    settings = dyn.DynamicsSettings(**SMALL, model_max_epochs=5)
+    data = linear_data(n=300)
+    model = dyn.init_dynamics(settings, 2, 1, jax.random.PRNGKey(0))
+    whole, _ = jax.jit(dyn.fit_dynamics)(model, data, jax.random.PRNGKey(1))
+    state = dyn.fit_begin(model, data, jax.random.PRNGKey(1))
+    chunk = jax.jit(dyn.fit_epochs, static_argnums=3)
+    state = chunk(model, chunk(model, state, data, 2), data, 2)
+    assert int(state.count) == 4 and not bool(dyn.fit_finished(settings, state))
+    state = chunk(model, state, data, None)
+    assert bool(dyn.fit_finished(settings, state))
+    pieces, _ = dyn.fit_end(model, state, data)
+    assert int(pieces.epochs) == int(whole.epochs) == 5
+    np.testing.assert_array_equal(np.asarray(pieces.elites), np.asarray(whole.elites))
+    for a, b in zip(jax.tree_util.tree_leaves(pieces.params), jax.tree_util.tree_leaves(whole.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_model_samples_stay_inside_the_data_box(fitted):
+    """fit_end records the data's ranges; a step far outside them is clipped to the box, rewards too."""
+    model, _ = fitted
+    data = linear_data()
+    low = np.minimum(np.asarray(data["observations"]).min(0), np.asarray(data["next_observations"]).min(0))
+    np.testing.assert_allclose(np.asarray(model.observation_low), low)
+    assert float(model.reward_high) == float(np.asarray(data["rewards"]).max())
+    step = dyn.model_step(model, jnp.full((4, 2), 0.9), jnp.full((4, 1), 30.0), jax.random.PRNGKey(0))
+    high = np.maximum(np.asarray(data["observations"]).max(0), np.asarray(data["next_observations"]).max(0))
+    assert np.all(np.asarray(step.next_observations) <= high + 1e-6)
+    assert np.all(np.asarray(step.rewards) >= float(model.reward_low) - 1e-6)
+    nxt, r = dyn.clip_to_data(model, jnp.array([[5.0, -5.0]]), jnp.array([-9.0]))
+    np.testing.assert_allclose(np.asarray(nxt), [[high[0], low[1]]])
+    np.testing.assert_allclose(np.asarray(r), [float(model.reward_low)])

@@ -157,9 +157,10 @@ def model_batch(agent: Agent, batch: Batch, reward_penalty: float = 0.0):
                   cat(batch.masks, fake.masks),
                   extras={"is_model": jnp.arange(size) >= n_real})
     model = agent.dynamics
+    mean = lambda x: x.mean() if x.size else jnp.zeros(())  # noqa: E731  (real_ratio 1: no model rows)
     metrics = {"model_holdout_mse": model.holdout_mse[model.elites].mean(), "model_epochs": model.epochs,
-               "model_buffer_size": agent.buffer.size, "model_reward": penalised.mean(),
-               "model_uncertainty": fake.uncertainty.mean()}
+               "model_buffer_size": agent.buffer.size, "model_reward": mean(penalised),
+               "model_uncertainty": mean(fake.uncertainty)}
     return agent, mixed, metrics
 
 

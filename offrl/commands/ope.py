@@ -52,7 +52,7 @@ def register(subparsers) -> None:
     from offrl.ope.config import OPE_ESTIMATORS
 
     p = subparsers.add_parser("ope", help="estimate policies' values from a dataset (off-policy evaluation)",
-                              description="Estimate each policy's value on the logged dataset with importance sampling, doubly robust and FQE estimators, with confidence intervals and effective sample sizes.")
+                              description="Estimate each policy's value on the logged dataset with importance sampling, doubly robust, FQE and model-based (--estimators model) estimators, with confidence intervals and effective sample sizes.")
     p.add_argument("policies", nargs="*", help="run folders (`offrl train --out`; one candidate per kept checkpoint), RUN@STEP, or exported policies (`offrl export`)")
     p.add_argument("--estimators", default=None, help=f"comma list from {','.join(OPE_ESTIMATORS)} (default: all)")
     _common(p)

@@ -11,16 +11,18 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from offrl.config import ANY_INT, POSITIVE, POSITIVE_INT, Interval, OneOf, check_config, param
+from offrl.config import ANY_INT, POSITIVE, POSITIVE_INT, Interval, OneOf, OrNone, check_config, param
 from offrl.ope.behavior import BEHAVIOR_MODES, BehaviorConfig
 from offrl.ope.estimators import CI_METHODS, DEFAULT_CLIP
 from offrl.ope.policies import DEFAULT_TARGET_STD
 
 if TYPE_CHECKING:
+    from offrl.dynamics import DynamicsSettings
     from offrl.ope.fqe import FQEConfig
 
-#: names accepted by ``--estimators`` (``fqe`` is the direct method with FQE's Q).
-OPE_ESTIMATORS = ("fqe", "dr", "wdr", "is", "pdis", "wis", "wpdis", "clipped_is")
+#: names accepted by ``--estimators`` (``fqe`` is the direct method with FQE's Q; ``model`` the
+#: target policy rolled out in a learned dynamics ensemble, :mod:`offrl.ope.model_based`).
+OPE_ESTIMATORS = ("fqe", "dr", "wdr", "is", "pdis", "wis", "wpdis", "clipped_is", "model")
 DEFAULT_ESTIMATORS = ("fqe", "dr", "wdr", "wis", "wpdis", "pdis", "is", "clipped_is")
 
 
@@ -28,6 +30,12 @@ def _fqe_config():
     from offrl.ope.fqe import FQEConfig
 
     return FQEConfig()
+
+
+def _dynamics_config():
+    from offrl.dynamics import DynamicsSettings
+
+    return DynamicsSettings()
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,10 @@ class OPEConfig:
     num_bootstrap: bootstrap resamples.
     fqe_steps: FQE gradient steps.
     fqe_seeds: FQE seeds averaged per policy.
+    model_horizon: steps of each model rollout of the model estimator (default: the data's longest episode).
+    model_samples: model rollouts per start state and elite.
     fqe: FQE's network and optimiser settings.
+    dynamics: the model estimator's dynamics ensemble (offrl.dynamics.DynamicsSettings).
     behavior_cloning: the behaviour-cloning fit of an estimated behaviour policy.
     seed: seed of the bootstrap and the fits.
     """
@@ -62,7 +73,10 @@ class OPEConfig:
     num_bootstrap: int = param(1000, Interval(10, math.inf, "[)", integer=True), flag="--bootstrap")
     fqe_steps: int = param(20_000, POSITIVE_INT)
     fqe_seeds: int = param(1, POSITIVE_INT)
+    model_horizon: int | None = param(None, OrNone(POSITIVE_INT))
+    model_samples: int = param(1, POSITIVE_INT)
     fqe: FQEConfig = field(default_factory=_fqe_config, metadata={"flag": False})
+    dynamics: DynamicsSettings = field(default_factory=_dynamics_config, metadata={"flag": False})
     behavior_cloning: BehaviorConfig = field(default_factory=BehaviorConfig, metadata={"flag": False})
     seed: int = param(0, ANY_INT, flag=False)
 

@@ -4,7 +4,8 @@
 one :class:`offrl.ope.estimators.OPEResult` per (policy, estimator). The behaviour policy's
 log-probabilities are the logged ones or a behaviour-cloning estimate
 (:mod:`offrl.ope.behavior`); FQE (:mod:`offrl.ope.fqe`) trains once for all policies and its
-Q serves the direct method (reported as ``fqe``) and DR / WDR.
+Q serves the direct method (reported as ``fqe``) and DR / WDR. The ``model`` estimator rolls each
+policy out in one dynamics ensemble fitted on the data (:mod:`offrl.ope.model_based`).
 
 Every estimator estimates the same target policy ``pi``: for a continuous policy the
 Gaussian ``N(mu(s), sigma^2)`` truncated to the action box (``sigma = target_std`` in ``[-1, 1]``
@@ -88,6 +89,14 @@ def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progre
     if q_needed:
         say(f"FQE: {config.fqe_steps} steps x {len(policies)} policies x {config.fqe_seeds} seeds")
         q_taken, v = fit_q(policies, dataset, config, discrete)
+    model = None
+    if "model" in config.estimators:
+        if discrete:
+            raise OffrlError("the model estimator needs continuous actions; drop 'model' from --estimators for this dataset.")
+        from offrl.ope import model_based
+
+        say("dynamics ensemble for the model estimator")
+        model = model_based.fitted_model(dataset, config.dynamics, config.seed)
     results: dict[str, dict[str, est.OPEResult]] = {}
     for p, policy in enumerate(policies):
         say(f"estimators for {policy.name}")
@@ -96,6 +105,11 @@ def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progre
                                      None if q_taken is None else q_taken[p], None if v is None else v[p], estimated)
         results[policy.name] = {}
         for name in config.estimators:
+            if name == "model":
+                settings = model_based.ModelOPESettings(config.model_horizon, config.model_samples, config.dynamics)
+                results[policy.name][name] = model_based.model_estimate(
+                    dataset, policy, settings, config.discount, config.confidence, config.num_bootstrap, config.seed, model)
+                continue
             result = est.estimate(episodes, "dm" if name == "fqe" else name, ci=config.ci, confidence=config.confidence,
                                   num_bootstrap=config.num_bootstrap, seed=config.seed, clip=config.clip)
             if name == "fqe":
