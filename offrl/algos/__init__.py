@@ -55,7 +55,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "spot": ("offrl.algos.spot", "SPOT: TD3 with a VAE density support penalty (Wu et al. 2022)"),
     "mopo": ("offrl.algos.mopo", "MOPO: SAC on model rollouts penalised by the ensemble's uncertainty (Yu et al. 2020; experimental)"),
     "mobile": ("offrl.algos.mobile", "MOBILE: model rollouts penalised by Bellman inconsistency across members (Sun et al. 2023; experimental)"),
-    "combo": ("offrl.algos.combo", "COMBO: CQL's regulariser on model samples (Yu et al. 2021; experimental)"),
+    "combo": ("offrl.algos.combo", "COMBO: CQL's regulariser on model samples (Yu et al. 2021)"),
     "idql": ("offrl.algos.idql", "IDQL: IQL's critic choosing among samples of a diffusion behaviour model (Hansen-Estruch et al. 2023)"),
     "fql": ("offrl.algos.fql", "flow Q-learning: a flow behaviour model distilled into a one-step policy that maximises Q (Park et al. 2025)"),
 }
