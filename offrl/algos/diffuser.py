@@ -90,7 +90,12 @@ def cosine_schedule(num_steps: int, s: float = 0.008) -> Schedule:
     """``abar_t = f(t) / f(0)``, ``f(t) = cos^2((t / T + s) / (1 + s) * pi / 2)``, betas clipped to 0.999."""
     t = np.arange(num_steps + 1, dtype=np.float64) / num_steps
     f = np.cos((t + s) / (1 + s) * np.pi / 2) ** 2
-    betas = np.clip(1.0 - f[1:] / f[:-1], 0.0, 0.999)
+    return schedule_from_betas(np.clip(1.0 - f[1:] / f[:-1], 0.0, 0.999))
+
+
+def schedule_from_betas(betas) -> Schedule:
+    """The :class:`Schedule` (alphas, ``abar``, posterior coefficients) of a beta sequence."""
+    betas = np.asarray(betas, np.float64)
     alphas = 1.0 - betas
     abar = np.cumprod(alphas)
     abar_prev = np.concatenate([[1.0], abar[:-1]])

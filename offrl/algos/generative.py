@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from offrl.algos.diffuser import Schedule, _time_embedding, cosine_schedule, q_sample
+from offrl.algos.diffuser import Schedule, _time_embedding, cosine_schedule, q_sample, schedule_from_betas
 from offrl.nets import MLP
 
 __all__ = ["ActionField", "Schedule", "cosine_schedule", "vp_schedule", "schedule_from_betas", "noise_prediction_loss",
@@ -74,18 +74,6 @@ class ActionField(nn.Module):
 
 
 # ----------------------------------------------------------------------------- diffusion
-def schedule_from_betas(betas) -> Schedule:
-    """The :class:`Schedule` (alphas, ``abar``, posterior coefficients) of a beta sequence."""
-    betas = np.asarray(betas, np.float64)
-    alphas = 1.0 - betas
-    abar = np.cumprod(alphas)
-    abar_prev = np.concatenate([[1.0], abar[:-1]])
-    c0 = betas * np.sqrt(abar_prev) / (1.0 - abar)
-    ct = (1.0 - abar_prev) * np.sqrt(alphas) / (1.0 - abar)
-    var = betas * (1.0 - abar_prev) / (1.0 - abar)
-    return Schedule(*(jnp.asarray(x, jnp.float32) for x in (betas, alphas, abar, abar_prev, c0, ct, var)))
-
-
 def vp_schedule(num_steps: int, beta_min: float = 0.1, beta_max: float = 10.0) -> Schedule:
     """``beta_t = 1 - exp(-beta_min / T - (beta_max - beta_min) (2t - 1) / (2 T^2))``, ``t = 1..T``:
     the discretised variance-preserving SDE (Song et al. 2021), IDQL's default."""
