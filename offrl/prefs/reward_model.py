@@ -38,21 +38,26 @@ from offrl.prefs.modeling import (check_model_dir, check_safetensors_weights, co
 from offrl.prefs.runs import TrainResult, finish_run, prepare_data, resume_weights, start_run
 
 
-def load_reward_model(path: str, heads: int | None = None, base: str | None = None, trainable: bool = False):
+def load_reward_model(path: str, heads: int | None = None, base: str | None = None, trainable: bool = False,
+                      policy_adapter: bool = False):
     """A sequence-classification model with ``heads`` scalar outputs and its tokenizer.
 
     ``path`` is a model folder (a causal LM gets a fresh scoring head) or a peft LoRA adapter folder
     of ``offrl prefs rm --lora`` (``adapter_config.json``, task ``SEQ_CLS``): loaded onto ``base`` (default:
     the base the adapter records) with its scoring head, unmerged, trainable when ``trainable``
-    (resuming)."""
+    (resuming). With ``policy_adapter`` (a reward model's starting point) a policy adapter folder
+    (``CAUSAL_LM``, e.g. ``offrl prefs sft --lora``'s ``model/``) is merged into its base, which gets a
+    fresh scoring head; otherwise it is refused."""
     from offrl.prefs.adapters import adapter_base, adapter_task_type, is_adapter_folder, load_adapter
 
     check_model_dir(path)
     if is_adapter_folder(path) and not os.path.exists(os.path.join(path, "config.json")):
         base = base or adapter_base(path)
         if not base or not os.path.isdir(base):
-            raise ConfigError(f"the reward-model adapter {path} records its base model as {base!r}, which is not a "
+            raise ConfigError(f"the adapter {path} records its base model as {base!r}, which is not a "
                               "folder here; fix base_model_name_or_path in its adapter_config.json.")
+        if adapter_task_type(path) == "CAUSAL_LM" and policy_adapter:
+            return _reward_model_on_policy_adapter(path, heads)
         if adapter_task_type(path) != "SEQ_CLS":
             raise ConfigError(f"{path} is a {adapter_task_type(path)} adapter (a policy), not a reward model; pass the "
                               "model/ folder of an `offrl prefs rm` run (or merge the adapter first with --merge-lora).")
@@ -68,6 +73,19 @@ def load_reward_model(path: str, heads: int | None = None, base: str | None = No
     model = _auto_sequence_classifier().from_pretrained(path, dtype=torch.float32, use_safetensors=True, **kwargs)
     model.config.pad_token_id = tokenizer.pad_token_id
     disable_dropout(model)
+    return model, tokenizer
+
+
+def _reward_model_on_policy_adapter(path: str, heads: int | None):
+    """The base of a policy adapter with the adapter merged into its backbone and a fresh scoring head."""
+    from offrl.prefs.adapters import adapter_base
+    from offrl.prefs.modeling import load_causal_lm
+
+    policy = load_causal_lm(path)  # base + adapter, merged
+    model, _ = load_reward_model(adapter_base(path), heads=heads)
+    backbone = getattr(model, model.base_model_prefix)
+    backbone.load_state_dict(getattr(policy, policy.base_model_prefix).state_dict())
+    tokenizer = load_tokenizer(path if os.path.exists(os.path.join(path, "tokenizer_config.json")) else adapter_base(path))
     return model, tokenizer
 
 
@@ -181,9 +199,12 @@ def _starting_reward_model(model: str, out: str, config: RewardModelConfig, resu
     weights = resume_weights(model, out, resume)
     if spec is not None and is_adapter_folder(weights) and os.path.abspath(weights) != os.path.abspath(model):
         return load_reward_model(weights, heads=config.heads, base=model, trainable=True)  # resuming an adapter run
+    if spec is not None and is_adapter_folder(model):  # the new adapter must record a base folder of full weights
+        raise ConfigError(f"--model {model} is an adapter folder; pass its run's merged/ folder (written with "
+                          "--merge-lora) to train a LoRA reward model on it, or drop --lora to train full weights.")
     torch.manual_seed(config.seed)  # the fresh scoring head's initialisation
-    rm, tokenizer = load_reward_model(weights, heads=config.heads)
-    if is_adapted(rm):  # starting from a reward-model adapter: its merged weights
+    rm, tokenizer = load_reward_model(weights, heads=config.heads, policy_adapter=True)
+    if is_adapted(rm):  # starting from a LoRA reward model: its merged weights
         rm = rm.merge_and_unload()
     return (apply_reward_lora(rm, spec, model, config.seed) if spec is not None else rm), tokenizer
 

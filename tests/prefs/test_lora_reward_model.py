@@ -285,3 +285,36 @@ def test_policy_adapter_is_not_a_reward_model_and_foreign_base_is_refused(tiny_t
     code, err = _main(["prefs", "rm", "--model", other["model"], *common, "--steps", "4", "--resume"], capsys)
     assert code == 2 and len(err) == 1 and "whose architecture differs from --model" in err[0], err
     assert {os.path.join(d, f): os.path.getmtime(os.path.join(d, f)) for d, _, fs in os.walk(run) for f in fs} == before
+
+
+def test_a_policy_adapter_starts_a_full_weight_reward_model(tiny_task, tmp_path, capsys):
+    """``rm --model`` an `sft --lora` model/: the adapter is merged into the backbone under a fresh head;
+    with --lora that is refused (the new adapter needs a base folder of full weights)."""
+    from offrl.prefs import RewardModelConfig, train_reward_model
+    from offrl.prefs.adapters import apply_lora
+    from offrl.prefs.modeling import load_causal_lm, load_tokenizer
+    from offrl.prefs.reward_model import load_reward_model
+
+    policy = apply_lora(load_causal_lm(tiny_task["model"]), parse_lora("2,4,0"), tiny_task["model"])
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    folder = tmp_path / "sft_adapter"
+    policy.save_pretrained(str(folder))
+    load_tokenizer(tiny_task["model"]).save_pretrained(str(folder))
+    rm, _ = load_reward_model(str(folder), heads=1, policy_adapter=True)
+    merged = load_causal_lm(str(folder)).model.state_dict()
+    base = load_causal_lm(tiny_task["model"]).model.state_dict()
+    state = rm.model.state_dict()
+    assert state.keys() == merged.keys()
+    assert all(torch.equal(state[k], merged[k]) for k in state)
+    assert not torch.equal(state["layers.0.self_attn.q_proj.weight"], base["layers.0.self_attn.q_proj.weight"])
+    cfg = RewardModelConfig(steps=2, batch_size=8, log_every=1, max_length=24, eval_fraction=0.0)
+    result = train_reward_model(str(folder), tiny_task["pairs"], str(tmp_path / "rm"), cfg, progress=False)
+    assert os.path.exists(os.path.join(result.model_path, "model.safetensors"))
+    out = tmp_path / "rm_lora"
+    code, err = _main(["prefs", "rm", "--model", str(folder), "--data", tiny_task["pairs"], "--out", str(out),
+                       "--steps", "1", "--lora", "2,4,0", "--no-progress"], capsys)
+    assert code == 2 and len(err) == 1 and "is an adapter folder; pass its run's merged/ folder" in err[0], err
+    assert not out.exists()
