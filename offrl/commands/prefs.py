@@ -147,7 +147,7 @@ TRAINERS = {
     "online-dpo": ("OnlineDPOConfig", ("kl_coef", "kl_estimator", "kl_target", "kl_horizon", "epochs", "minibatches",
                                        "clip_range", "whiten_rewards")),
     "sft": ("SFTConfig", ()),
-    "rm": ("RewardModelConfig", ("lora", "merge_lora")),
+    "rm": ("RewardModelConfig", ()),
     "dpo": ("PreferenceConfig", ("loss", "desirable_weight", "undesirable_weight", "simpo_gamma", "cpo_alpha")),
     "ipo": ("PreferenceConfig", ("loss", "label_smoothing", "desirable_weight", "undesirable_weight", "simpo_gamma",
                                  "cpo_alpha")),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -30,24 +30,27 @@ def is_adapter_folder(path: str) -> bool:
     return os.path.isfile(os.path.join(path, ADAPTER_CONFIG))
 
 
-def linear_module_names(model) -> list[str]:
-    """Leaf names of the model's linear layers (``q_proj``, ``up_proj``, ...), the LM head excluded:
-    the names ``--lora``'s targets may use."""
+def linear_module_names(model, skip: Sequence[str] = ()) -> list[str]:
+    """Leaf names of the model's linear layers (``q_proj``, ``up_proj``, ...), the LM head and the
+    top-level modules named in ``skip`` (a reward model's scoring head) excluded: the names
+    ``--lora``'s targets may use."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     names = {name.rsplit(".", 1)[-1] for name, m in model.named_modules()
-             if isinstance(m, torch.nn.Linear) and m is not head}
+             if isinstance(m, torch.nn.Linear) and m is not head and name.split(".", 1)[0] not in skip}
     return sorted(names)
 
 
-def check_lora_targets(model, spec: LoraSpec | None) -> None:
-    """Refuse ``--lora`` targets that name no linear module of ``model``, listing the available names."""
+def check_lora_targets(model, spec: LoraSpec | None, skip: Sequence[str] = ()) -> None:
+    """Refuse ``--lora`` targets that name no linear module of ``model`` (outside ``skip``), listing the available names."""
     if spec is None or not spec.targets:
         return
-    available = linear_module_names(model)
+    available = linear_module_names(model, skip)
     missing = [t for t in spec.targets if t not in available]
     if missing:
-        raise ConfigError(f"--lora target {'+'.join(missing)} is not a linear module of this model; "
-                          f"available: {'+'.join(available)}.")
+        where = "this model's backbone" if skip else "this model"
+        trained = f" ({'+'.join(skip)}, the scoring head, trains in full)" if skip else ""
+        raise ConfigError(f"--lora target {'+'.join(missing)} is not a linear module of {where}; "
+                          f"available: {'+'.join(available)}{trained}.")
 
 
 def _peft():
@@ -61,10 +64,11 @@ def _peft():
 
 def apply_lora(model, spec: LoraSpec, base_path: str | None = None, task_type: str = "CAUSAL_LM",
                modules_to_save: list[str] | None = None, seed: int = 0):
-    """Wrap ``model`` in a trainable peft LoRA adapter (only ``A``, ``B`` and ``modules_to_save`` train);
-    ``A``'s random initialisation is drawn from ``seed`` (the global torch RNG is left as it was)."""
+    """Wrap ``model`` in a trainable peft LoRA adapter (only ``A``, ``B`` and ``modules_to_save`` train, the
+    latter in full; no adapter goes inside them); ``A``'s random initialisation is drawn from ``seed`` (the
+    global torch RNG is left as it was)."""
     peft = _peft()
-    check_lora_targets(model, spec)
+    check_lora_targets(model, spec, modules_to_save or ())
     config = peft.LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
                              target_modules=list(spec.targets) if spec.targets else "all-linear",
                              task_type=task_type, modules_to_save=modules_to_save)
@@ -76,10 +80,20 @@ def apply_lora(model, spec: LoraSpec, base_path: str | None = None, task_type: s
     return wrapped
 
 
+def adapter_config(path: str) -> dict[str, Any]:
+    """The adapter folder's ``adapter_config.json``."""
+    with open(os.path.join(path, ADAPTER_CONFIG)) as fh:
+        return json.load(fh)
+
+
 def adapter_base(path: str) -> str | None:
     """The base-model folder an adapter folder records."""
-    with open(os.path.join(path, ADAPTER_CONFIG)) as fh:
-        return json.load(fh).get("base_model_name_or_path")
+    return adapter_config(path).get("base_model_name_or_path")
+
+
+def adapter_task_type(path: str) -> str | None:
+    """peft's ``task_type`` of an adapter folder: ``CAUSAL_LM`` (a policy) or ``SEQ_CLS`` (a reward model)."""
+    return adapter_config(path).get("task_type")
 
 
 def _architecture(path: str) -> dict[str, Any]:

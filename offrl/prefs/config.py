@@ -165,6 +165,11 @@ class RewardModelConfig(TrainConfig):
       the heads disagree where data is thin; the std across heads is reported as uncertainty.
     models: ensemble of M independently trained models (seeds seed..seed+M-1, one held-out split),
       saved as <out>/member_<k>/; their heads are pooled (M*K rewards per completion).
+    lora: train a LoRA adapter (peft, task SEQ_CLS) on the backbone and the scoring head in full:
+      R,ALPHA,DROPOUT[,TARGET+TARGET...] (targets default to every linear layer of the backbone); model/ then
+      holds the adapter with the head's weights, and each ensemble member (models > 1) gets its own.
+    merge_lora: with lora, also write <out>/merged/ (per member with models > 1): the base with the adapter
+      merged in and the trained head, a plain reward-model folder.
     """
 
     lr: float = param(1e-4, POSITIVE)
