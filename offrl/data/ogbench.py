@@ -124,14 +124,17 @@ def split_name(name: str) -> OGBenchName | None:
 
 
 def has_ogbench_keys(path) -> bool:
-    """True for an ``.npz`` holding ``observations, actions, terminals`` and no ``timeouts``
-    (offrl's own NPZ files always hold ``timeouts``)."""
+    """True for an ``.npz`` holding ``observations, actions, terminals``, no ``timeouts``, and
+    either no ``rewards`` (OGBench's files on disk) or OGBench's ``masks`` / ``valids`` beside them
+    (a saved ``load_dataset`` result). offrl's own NPZ files hold ``rewards`` and ``timeouts``, so
+    one that lost its ``timeouts`` is still read, and refused, as an offrl file."""
     try:
         with zipfile.ZipFile(path) as archive:
             names = {n[:-4] if n.endswith(".npy") else n for n in archive.namelist()}
     except (OSError, zipfile.BadZipFile):
         return False
-    return all(k in names for k in DATA_KEYS) and "timeouts" not in names
+    return (all(k in names for k in DATA_KEYS) and "timeouts" not in names
+            and ("rewards" not in names or "masks" in names or "valids" in names))
 
 
 def find(name_or_path) -> tuple[Path, OGBenchName | None] | None:
