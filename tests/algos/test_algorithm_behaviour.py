@@ -34,6 +34,11 @@ def tiny_config(module):
                         ("ensemble_size", "3"), ("num_elites", "2"), ("model_max_epochs", "20"), ("num_qs", "3")):
         if name in fields:
             overrides[name] = value
+    # the planners' and samplers' own sizes, so that compiling their act() stays cheap
+    for name, value in (("diffusion_steps", "5"), ("unet_dims", "16,32"), ("num_samples", "4"), ("flow_steps", "4"),
+                        ("num_bins", "20"), ("beam_width", "4"), ("num_layers", "1")):
+        if name in fields:
+            overrides[name] = value
     return apply_overrides(module.Config(), overrides)
 
 
