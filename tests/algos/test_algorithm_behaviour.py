@@ -58,8 +58,18 @@ def _leaves(tree):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
 
 
-@pytest.mark.parametrize("name", sorted(algorithm_names(action_space="continuous")))
+#: every continuous algorithm; this file tests the even-indexed half and
+#: ``test_algorithm_behaviour_second_half.py`` the rest, so that xdist (``--dist loadfile``)
+#: runs the two halves on two workers.
+CONTINUOUS = sorted(algorithm_names(action_space="continuous"))
+
+
+@pytest.mark.parametrize("name", CONTINUOUS[0::2])
 def test_algorithm_behavior(name, tiny_data, tmp_path):
+    check_algorithm_behavior(name, tiny_data, tmp_path)
+
+
+def check_algorithm_behavior(name, tiny_data, tmp_path):
     module = get_algorithm(name)
     config = tiny_config(module)
     data, info = engine.prepare_data(tiny_data, config, None, module)
