@@ -119,10 +119,10 @@ def load_reward_function(spec: str) -> Callable:
         detail = str(err).splitlines()[0] if str(err) else ""
         raise ConfigError(f"--reward {spec}: cannot import {module_name} ({type(err).__name__}: {detail}); put the "
                           "module on PYTHONPATH or in the current folder, or pass a path to the .py file.") from None
-    if not hasattr(module, attr):
+    fn = vars(module).get(attr)  # a name the user's module defines (a user file, not an algorithm module)
+    if fn is None:
         raise ConfigError(f"--reward {spec}: the module {module_name} has no attribute {attr!r}; name a function "
                           "defined there.")
-    fn = getattr(module, attr)
     if not callable(fn):
         raise ConfigError(f"--reward {spec} is {type(fn).__name__}, not a function; name a callable "
                           "fn(prompts, completions) -> one float per completion.")
