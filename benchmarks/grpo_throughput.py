@@ -53,6 +53,9 @@ def parse_args():
     p.add_argument("--perturb", type=float, default=0.05, help="weight noise of the same-loss check's policy")
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--profile", default=None, metavar="PATH",
+                   help="instead of the comparison: cProfile --steps steps of each side (after one warm-up run) and "
+                        "write the top of both profiles (cumulative time) to PATH")
     return p.parse_args()
 
 
@@ -172,6 +175,48 @@ def same_loss(args, model_path: str, trained_path: str, prompts: list[str], work
             "share_of_tokens_outside_clip": clipped, "padded_prompts": int((rollout.attention_mask[:, :P] == 0).sum())}
 
 
+PHASES = {  # offrl's parts of a step, by the (file, function) that runs them
+    ("prefs/rollout.py", "generate_rollout"): "rollout (sampling)",
+    ("generation/utils.py", "_sample"): "  of which HF generate's sampling loop",
+    ("prefs/policy_gradient.py", "score_rollout"): "score: pi_old / reference passes, reward",
+    ("prefs/grpo.py", "update"): "GRPO update (forward with grad, loss, backward, AdamW)",
+    ("prefs/policy_gradient.py", "optimizer_step"): "  of which backward + AdamW",
+    ("prefs/rollout.py", "response_logps"): "every log-prob forward pass (score + update)",
+}
+
+
+def profile_sides(args, model_path: str, prompts: list[str], workdir: str) -> str:
+    """cProfile of ``--steps`` steps of offrl and of TRL (each after a warm-up run): a phase table of
+    offrl's step and the top of both profiles by cumulative time."""
+    import cProfile
+    import io
+    import pstats
+
+    run_offrl(args, model_path, prompts, os.path.join(workdir, "warm_offrl"))
+    run_trl(args, model_path, prompts, os.path.join(workdir, "warm_trl"))
+    text = []
+    for side, fn in (("offrl", run_offrl), ("TRL", run_trl)):
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        fn(args, model_path, prompts, os.path.join(workdir, f"profile_{side}"))
+        prof.disable()
+        wall = time.perf_counter() - t0
+        stats = pstats.Stats(prof)
+        text.append(f"== {side}: {args.steps} steps in {wall:.2f} s under cProfile "
+                    f"({wall / args.steps * 1000:.0f} ms/step, setup and saving included) ==")
+        if side == "offrl":
+            text.append(f"{'phase':58s} {'ms/step':>8s} {'calls/step':>10s}")
+            for (file, _, name), (_, calls, _, cum, _) in sorted(stats.stats.items(), key=lambda kv: -kv[1][3]):
+                label = next((v for (f, n), v in PHASES.items() if n == name and file.endswith(f)), None)
+                if label:
+                    text.append(f"{label:58s} {cum / args.steps * 1000:8.1f} {calls / args.steps:10.1f}")
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(45)
+        text.append("\n".join(line for line in buf.getvalue().splitlines() if line.strip()))
+    return "\n".join(text)
+
+
 def main() -> None:
     args = parse_args()
     import torch
@@ -183,6 +228,12 @@ def main() -> None:
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="grpo-bench-")
     model_path, prompts = build(args, workdir)
+    if args.profile:
+        report = profile_sides(args, model_path, prompts, workdir)
+        with open(args.profile, "w") as fh:
+            fh.write(report + "\n")
+        print(report)
+        return
     results = {"settings": vars(args), "trl_version": trl.__version__, "torch_version": torch.__version__,
                "offrl": [], "trl": []}
     for r in range(args.repeats):
