@@ -225,7 +225,8 @@ def sample_with_cache(parts: DecoderParts, prompt_ids: Tensor, prompt_mask: Tens
         caches = [(kc.repeat_interleave(group_size, 0), vc.repeat_interleave(group_size, 0)) for kc, vc in caches]
     key_valid = torch.ones(N, P + T, dtype=torch.bool, device=device)
     key_valid[:, :P] = mask_bool.repeat_interleave(group_size, 0)
-    next_position = positions[:, -1:].repeat_interleave(group_size, 0) + 1
+    steps = positions[:, -1:].repeat_interleave(group_size, 0) + 1 + torch.arange(T, device=device)
+    cos_all, sin_all = parts.rotary(h, steps)  # every decode step's rotation, computed once
     stops = torch.tensor(list(stop_ids), device=device)
     running = torch.ones(N, dtype=torch.bool, device=device)
     tokens, logps, entropy = [], [], []
@@ -241,8 +242,7 @@ def sample_with_cache(parts: DecoderParts, prompt_ids: Tensor, prompt_mask: Tens
         if t == T - 1 or not bool(running.any()):
             break
         h = parts.embed(token[:, None])
-        cos, sin = parts.rotary(h, next_position + t)
-        cos, sin = cos[:, None], sin[:, None]
+        cos, sin = cos_all[:, None, t:t + 1], sin_all[:, None, t:t + 1]
         step_mask = key_valid[:, None, None, :P + t + 1]
         for layer, (kc, vc) in zip(parts.layers, caches):
             h = _layer(layer, h, cos, sin, parts, kc, vc, P + t, step_mask)
