@@ -255,7 +255,9 @@ def main() -> None:
         results["offrl"].append(run_offrl(args, model_path, prompts, os.path.join(workdir, f"offrl_{r}")))
         print(f"repeat {r}: offrl {results['offrl'][-1]['completions_per_s']:.1f} completions/s", flush=True)
         results["trl"].append(run_trl(args, model_path, prompts, os.path.join(workdir, f"trl_{r}")))
-        print(f"repeat {r}: TRL   {results['trl'][-1]['completions_per_s']:.1f} completions/s", flush=True)
+        pair = results["offrl"][-1]["completions_per_s"] / results["trl"][-1]["completions_per_s"]
+        print(f"repeat {r}: TRL   {results['trl'][-1]['completions_per_s']:.1f} completions/s  (this pair: {pair:.2f}x)",
+              flush=True)
     best_offrl = max(x["completions_per_s"] for x in results["offrl"])
     best_trl = max(x["completions_per_s"] for x in results["trl"])
     results["ratio"] = best_offrl / best_trl
