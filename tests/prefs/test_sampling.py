@@ -172,3 +172,33 @@ def test_first_gradient_step_with_detached_pi_old_keeps_loss_and_gradient(tiny):
     for a, b in zip(grads_a, grads_b):
         assert torch.allclose(a, b, atol=1e-7, rtol=1e-5)
     assert any(g.abs().max() > 0 for g in grads_a)
+
+
+@pytest.mark.parametrize("family", ["llama-gqa", "qwen2"])
+def test_grouped_query_attention_and_qwen2_match_generate_and_the_forward(tiny, family):
+    """Two key/value heads for four query heads (GQA), and Qwen2's biased q/k/v projections."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    _, tok = tiny
+    common = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                  bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(7)
+    model = (LlamaForCausalLM(LlamaConfig(**common)) if family == "llama-gqa" else
+             Qwen2ForCausalLM(Qwen2Config(**common, use_sliding_window=False))).eval()
+    parts = decoder_parts(model)
+    assert parts is not None and parts.kv_heads == 2
+    G, eos, pad = 3, tok.eos_token_id, tok.pad_token_id
+    ids, mask = encode_prompts(tok, [p for p in PROMPTS for _ in range(G)])
+    torch.manual_seed(1)
+    theirs = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, top_p=1.0,
+                            max_new_tokens=8, pad_token_id=pad, eos_token_id=[eos])[:, ids.shape[1]:]
+    unique_ids, unique_mask = encode_prompts(tok, PROMPTS)
+    torch.manual_seed(1)
+    ours, _, _ = sample_with_cache(parts, unique_ids, unique_mask, G, 8, [eos], pad)
+    assert torch.equal(ours, theirs)
+    rollout = generate_rollout(model, tok, PROMPTS, G, 8, seed=4)
+    with torch.no_grad():
+        expected = hf_token_logps(model, rollout)
+        assert torch.allclose(rollout.logps, expected, atol=1e-5)
+        assert torch.allclose(response_logps(model, rollout)[0], expected, atol=1e-5)
