@@ -18,8 +18,11 @@ masked afterwards) and the loop ends when every row has stopped.
 The layers are called module by module (``q_proj``, ``mlp``, the norms, ``rotary_emb``), so a
 peft LoRA adapter inside them applies (and ``disable_adapter`` switches it off); what Hugging
 Face's forward adds around them per call (mask construction, output capture, cache objects) is
-what this loop saves. Models of another architecture, or whose generation config asks for a
-logits processor, return ``None`` from :func:`decoder_parts` and are sampled with ``generate``.
+what this loop saves. :func:`grouped_response_logits` uses the same prefix sharing for the
+log-prob passes over finished rollouts (reference and training, differentiable): each prompt
+runs once and its ``G`` responses attend to its keys and values. Models of another
+architecture, or whose generation config asks for a logits processor, return ``None`` from
+:func:`decoder_parts` and go through ``generate`` and the model's own forward.
 
 Example::
 
@@ -68,8 +71,6 @@ def decoder_parts(model) -> DecoderParts | None:
     config = getattr(inner, "config", None)
     if getattr(config, "model_type", None) not in SUPPORTED or getattr(config, "use_sliding_window", False):
         return None
-    if getattr(config, "sliding_window", None) and config.model_type != "qwen2":
-        return None
     checkpointing = "is_activation_checkpointing" if hasattr(type(inner), "is_activation_checkpointing") else \
         "is_gradient_checkpointing"
     if getattr(config, "attention_dropout", 0.0) or getattr(inner, checkpointing, False):
@@ -94,7 +95,7 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
-def _layer(layer, h: Tensor, cos: Tensor, sin: Tensor, parts: DecoderParts, k_cache: Tensor | None, v_cache: Tensor | None,
+def _layer(layer, h: Tensor, cos: Tensor, sin: Tensor, parts: DecoderParts, k_cache: Tensor, v_cache: Tensor,
            at: int, mask: Tensor) -> Tensor:
     """One decoder layer over ``h`` ``(N, S, H)`` at cache columns ``at .. at + S - 1``; attends to
     columns ``< at + S`` where ``mask`` ``(N, 1, S, at + S)`` allows."""
@@ -105,12 +106,9 @@ def _layer(layer, h: Tensor, cos: Tensor, sin: Tensor, parts: DecoderParts, k_ca
     k = attn.k_proj(x).view(N, S, parts.kv_heads, parts.head_dim).transpose(1, 2)
     v = attn.v_proj(x).view(N, S, parts.kv_heads, parts.head_dim).transpose(1, 2)
     q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-    if k_cache is None:
-        keys, values = k, v
-    else:
-        k_cache[:, :, at:at + S] = k
-        v_cache[:, :, at:at + S] = v
-        keys, values = k_cache[:, :, :at + S], v_cache[:, :, :at + S]
+    k_cache[:, :, at:at + S] = k
+    v_cache[:, :, at:at + S] = v
+    keys, values = k_cache[:, :, :at + S], v_cache[:, :, :at + S]
     out = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling,
                                                            enable_gqa=parts.kv_heads != parts.heads)
     h = h + attn.o_proj(out.transpose(1, 2).reshape(N, S, -1))
@@ -123,18 +121,6 @@ def _prefix_mask(attention_mask: Tensor) -> Tensor:
     causal = torch.ones(S, S, dtype=torch.bool, device=attention_mask.device).tril()
     eye = torch.eye(S, dtype=torch.bool, device=attention_mask.device)
     return ((causal[None] & attention_mask.bool()[:, None, :]) | eye[None])[:, None]
-
-
-def forward_logits(parts: DecoderParts, input_ids: Tensor, attention_mask: Tensor, keep: int) -> Tensor:
-    """Float logits ``(N, keep, V)`` of the last ``keep`` positions of left-padded sequences, with the
-    position ids ``cumsum(mask) - 1`` (what the model's own forward computes, without the cache)."""
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    h = parts.embed(input_ids)
-    cos, sin = parts.rotary(h, positions)
-    cos, sin, mask = cos[:, None], sin[:, None], _prefix_mask(attention_mask)
-    for layer in parts.layers:
-        h = _layer(layer, h, cos, sin, parts, None, None, 0, mask)
-    return _logits(parts, h[:, -keep:])
 
 
 def grouped_response_logits(parts: DecoderParts, input_ids: Tensor, attention_mask: Tensor, prompt_width: int,
