@@ -161,8 +161,8 @@ def grouped_response_logits(parts: DecoderParts, input_ids: Tensor, attention_ma
                                                                  enable_gqa=gqa)
         keys = torch.cat([k_p.repeat_interleave(G, 0), k_r], 2)
         values = torch.cat([v_p.repeat_interleave(G, 0), v_r], 2)
-        out_r = torch.nn.functional.scaled_dot_product_attention(q_r, keys, values, attn_mask=mask_r, scale=attn.scaling,
-                                                                 enable_gqa=gqa)
+        out_r = torch.nn.functional.scaled_dot_product_attention(q_r, keys, values, attn_mask=mask_r,
+                                                                 scale=attn.scaling, enable_gqa=gqa)
         h_p = h_p + attn.o_proj(out_p.transpose(1, 2).flatten(2))
         h_r = h_r + attn.o_proj(out_r.transpose(1, 2).flatten(2))
         h_p = h_p + layer.mlp(layer.post_attention_layernorm(h_p))
