@@ -53,6 +53,12 @@ def parse_args():
     p.add_argument("--perturb", type=float, default=0.05, help="weight noise of the same-loss check's policy")
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--lora", default=None, metavar="R,ALPHA,DROPOUT[,TARGETS]",
+                   help="train a LoRA adapter on both sides (offrl --lora; TRL with the same peft LoraConfig), the "
+                        "reference being the base with the adapter disabled on both")
+    p.add_argument("--profile", default=None, metavar="PATH",
+                   help="instead of the comparison: cProfile --steps steps of each side (after one warm-up run) and "
+                        "write the top of both profiles (cumulative time) to PATH")
     return p.parse_args()
 
 
@@ -73,13 +79,24 @@ def build(args, workdir: str) -> tuple[str, list[str]]:
     return path, prompts
 
 
+def peft_config(text: str):
+    """TRL's side of ``--lora``: the peft LoraConfig that offrl builds from the same text."""
+    import peft
+
+    from offrl.prefs.config import parse_lora
+
+    spec = parse_lora(text)
+    return peft.LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, task_type="CAUSAL_LM",
+                           target_modules=list(spec.targets) if spec.targets else "all-linear")
+
+
 def run_offrl(args, model_path: str, prompts: list[str], out: str) -> dict:
     from offrl.prefs.config import GRPOConfig
     from offrl.prefs.grpo import train_grpo
 
     cfg = GRPOConfig(steps=args.steps, batch_size=args.prompts_per_step, group_size=args.group_size,
                      max_new_tokens=args.max_new_tokens, lr=args.lr, kl_coef=args.beta, kl_estimator="k3",
-                     epochs=1, minibatches=1, log_every=1, warmup_steps=0, grad_clip=1.0)
+                     epochs=1, minibatches=1, log_every=1, warmup_steps=0, grad_clip=1.0, lora=args.lora)
     result = train_grpo(model_path, prompts, out, cfg, progress=False)
     rates = [m["samples_per_s"] for m in result.metrics[args.warmup:]]
     return {"completions_per_s": statistics.median(rates), "per_step": [m["samples_per_s"] for m in result.metrics],
@@ -118,7 +135,8 @@ def trl_trainer(args, model_path: str, prompts: list[str], out: str, steps: int)
     clock = Clock()
     trainer = GRPOTrainer(model=load_causal_lm(model_path), reward_funcs=reward, args=cfg,
                           train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
-                          processing_class=load_tokenizer(model_path), callbacks=[clock])
+                          processing_class=load_tokenizer(model_path), callbacks=[clock],
+                          peft_config=peft_config(args.lora) if args.lora else None)
     return trainer, clock
 
 
@@ -172,6 +190,48 @@ def same_loss(args, model_path: str, trained_path: str, prompts: list[str], work
             "share_of_tokens_outside_clip": clipped, "padded_prompts": int((rollout.attention_mask[:, :P] == 0).sum())}
 
 
+PHASES = {  # offrl's parts of a step, by the (file, function) that runs them
+    ("prefs/rollout.py", "generate_rollout"): "rollout (sampling)",
+    ("generation/utils.py", "_sample"): "  of which HF generate's sampling loop",
+    ("prefs/policy_gradient.py", "score_rollout"): "score: pi_old / reference passes, reward",
+    ("prefs/grpo.py", "update"): "GRPO update (forward with grad, loss, backward, AdamW)",
+    ("prefs/policy_gradient.py", "optimizer_step"): "  of which backward + AdamW",
+    ("prefs/rollout.py", "response_logps"): "every log-prob forward pass (score + update)",
+}
+
+
+def profile_sides(args, model_path: str, prompts: list[str], workdir: str) -> str:
+    """cProfile of ``--steps`` steps of offrl and of TRL (each after a warm-up run): a phase table of
+    offrl's step and the top of both profiles by cumulative time."""
+    import cProfile
+    import io
+    import pstats
+
+    run_offrl(args, model_path, prompts, os.path.join(workdir, "warm_offrl"))
+    run_trl(args, model_path, prompts, os.path.join(workdir, "warm_trl"))
+    text = []
+    for side, fn in (("offrl", run_offrl), ("TRL", run_trl)):
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        fn(args, model_path, prompts, os.path.join(workdir, f"profile_{side}"))
+        prof.disable()
+        wall = time.perf_counter() - t0
+        stats = pstats.Stats(prof)
+        text.append(f"== {side}: {args.steps} steps in {wall:.2f} s under cProfile "
+                    f"({wall / args.steps * 1000:.0f} ms/step, setup and saving included) ==")
+        if side == "offrl":
+            text.append(f"{'phase':58s} {'ms/step':>8s} {'calls/step':>10s}")
+            for (file, _, name), (_, calls, _, cum, _) in sorted(stats.stats.items(), key=lambda kv: -kv[1][3]):
+                label = next((v for (f, n), v in PHASES.items() if n == name and file.endswith(f)), None)
+                if label:
+                    text.append(f"{label:58s} {cum / args.steps * 1000:8.1f} {calls / args.steps:10.1f}")
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(45)
+        text.append("\n".join(line for line in buf.getvalue().splitlines() if line.strip()))
+    return "\n".join(text)
+
+
 def main() -> None:
     args = parse_args()
     import torch
@@ -183,23 +243,35 @@ def main() -> None:
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="grpo-bench-")
     model_path, prompts = build(args, workdir)
+    if args.profile:
+        report = profile_sides(args, model_path, prompts, workdir)
+        with open(args.profile, "w") as fh:
+            fh.write(report + "\n")
+        print(report)
+        return
     results = {"settings": vars(args), "trl_version": trl.__version__, "torch_version": torch.__version__,
                "offrl": [], "trl": []}
     for r in range(args.repeats):
         results["offrl"].append(run_offrl(args, model_path, prompts, os.path.join(workdir, f"offrl_{r}")))
         print(f"repeat {r}: offrl {results['offrl'][-1]['completions_per_s']:.1f} completions/s", flush=True)
         results["trl"].append(run_trl(args, model_path, prompts, os.path.join(workdir, f"trl_{r}")))
-        print(f"repeat {r}: TRL   {results['trl'][-1]['completions_per_s']:.1f} completions/s", flush=True)
+        pair = results["offrl"][-1]["completions_per_s"] / results["trl"][-1]["completions_per_s"]
+        print(f"repeat {r}: TRL   {results['trl'][-1]['completions_per_s']:.1f} completions/s  (this pair: {pair:.2f}x)",
+              flush=True)
     best_offrl = max(x["completions_per_s"] for x in results["offrl"])
     best_trl = max(x["completions_per_s"] for x in results["trl"])
     results["ratio"] = best_offrl / best_trl
-    results["same_loss"] = same_loss(args, model_path, os.path.join(workdir, "offrl_0", "model"), prompts, workdir)
-    sl = results["same_loss"]
-    print(f"offrl GRPO {best_offrl:.1f} vs TRL {trl.__version__} GRPOTrainer {best_trl:.1f} completions/s "
+    adapter = f" + peft LoRA {args.lora}" if args.lora else ""
+    print(f"offrl GRPO{adapter} {best_offrl:.1f} vs TRL {trl.__version__} GRPOTrainer{adapter} {best_trl:.1f} completions/s "
           f"(median of steady-state steps, best of {args.repeats}): {results['ratio']:.2f}x")
-    print(f"same batch, same loss: offrl {sl['offrl']:.8f}  TRL {sl['trl']:.8f}  |diff| {sl['abs_diff']:.2e} "
+    if args.lora:  # the same-loss check is about the loss, run without an adapter
+        print("same-loss check: run without --lora (it compares full-weight policies)")
+    else:
+        results["same_loss"] = same_loss(args, model_path, os.path.join(workdir, "offrl_0", "model"), prompts, workdir)
+        sl = results["same_loss"]
+        print(f"same batch, same loss: offrl {sl['offrl']:.8f}  TRL {sl['trl']:.8f}  |diff| {sl['abs_diff']:.2e} "
           f"({100 * sl['share_of_tokens_outside_clip']:.0f}% of tokens outside the clip range; "
-          f"{'PASS' if sl['abs_diff'] < 1e-5 else 'FAIL'} at 1e-5)")
+              f"{'PASS' if sl['abs_diff'] < 1e-5 else 'FAIL'} at 1e-5)")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)

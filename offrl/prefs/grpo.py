@@ -13,7 +13,9 @@ on token ratios, or GSPO's sequence ratio; ``agg_t`` is ``loss_type``'s normalis
 (:func:`offrl.prefs.rl_losses.aggregate_token_loss`). DAPO's other parts are switches:
 ``dynamic_sampling`` drops groups with equal rewards, ``overlong_buffer`` adds the soft overlong
 penalty to the scores. With ``epochs = 1`` and one minibatch the ratio is 1 and the clipped
-surrogate is the plain policy gradient.
+surrogate is the plain policy gradient. The first gradient step of a rollout takes ``pi_old`` as
+the policy's own detached log-probs (its parameters have not moved since sampling, so the two
+are equal); later steps use the sampling pass's log-probs.
 
 Example::
 
@@ -113,12 +115,15 @@ def train_grpo(model: str, prompts, out: str, config: GRPOConfig = GRPOConfig(),
                                                    "loss/policy")}, **({"loss/kl": 0.0} if kl_in_loss and kl_coef else {})}
         num_tokens = mask[rows].sum() / config.minibatches  # dapo: the rollout's tokens per gradient step
         stats: dict[str, list[float]] = {}
+        first = True
         for epoch in range(config.epochs):
             for part in minibatch_indices(len(rows), config.minibatches, config.seed * 7919 + step * 131 + epoch):
-                idx = rows[part.to(device)]
+                idx = rows if config.minibatches == 1 else rows[part.to(device)]  # one minibatch: in rollout order
                 logps, _, _ = response_logps(policy, batch.rollout.rows(idx), config.temperature)
+                old = logps.detach() if first else batch.logps[idx]  # unmoved parameters: pi_old = pi_theta
+                first = False
                 loss, st = group_policy_gradient_loss(
-                    logps, batch.logps[idx], batch.ref_logps[idx], advantages[idx], mask[idx], config.clip_range,
+                    logps, old, batch.ref_logps[idx], advantages[idx], mask[idx], config.clip_range,
                     kl_coef if kl_in_loss else 0.0, config.kl_estimator, config.loss_type, config.clip_range_high,
                     config.max_new_tokens, num_tokens)
                 optimizer_step(loss)

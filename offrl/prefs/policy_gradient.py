@@ -69,8 +69,11 @@ def prompt_batch(prompts: Sequence[str], batch_size: int, seed: int, step: int) 
 
 @torch.no_grad()
 def score_rollout(policy, reference, rollout: Rollout, reward, config: PolicyGradientConfig) -> ScoredRollout:
-    """Old and reference log-probs, the KL estimate, the entropy and the rewards of a rollout."""
-    logps, entropy, _ = response_logps(policy, rollout, config.temperature, entropy=True)
+    """Old and reference log-probs, the KL estimate, the entropy and the rewards of a rollout. ``log pi_old``
+    and the entropy come from the sampling pass where it recorded them (a policy pass otherwise)."""
+    sampled = rollout.sampled_logps(config.temperature)
+    logps, entropy, _ = sampled + (None,) if sampled else response_logps(policy, rollout, config.temperature,
+                                                                          entropy=True)
     ref_logps, _, _ = response_logps(reference, rollout, config.temperature)
     kl = R.kl_estimate(logps, ref_logps, config.kl_estimator) * rollout.response_mask
     scores = reward(rollout.prompts, rollout.texts)
