@@ -17,6 +17,15 @@ D4RL settings of OfflineRL-Kit's MOBILE runs (``rollout_length`` h, ``penalty_co
 hopper-medium 5, 1.5; halfcheetah-medium(-replay) 5, 0.5; walker2d-medium-expert 1, 1.5 (its
 default run); 10 successor samples per elite, 5% real rows.
 
+One default departs from the authors': the critics have LayerNorm (``critic_layer_norm``), for the
+reason MOPO's docstring gives (:mod:`offrl.algos.mopo`): without it, the critics of this shared SAC
+learner drift above the reward bound on the bundled Pendulum data. With it, Q over the data's
+(s, a) reaches -286 at 12k updates against the Monte-Carlo returns' -246 and never rises above 0.
+The penalty is small there (beta * u about 0.4 per step against rewards of -4.8: the elites agree
+on Pendulum's deterministic dynamics), so on Pendulum MOBILE is close to SAC on the model's rollouts.
+Values propagate with a time constant of about ``1 / (tau * (1 - gamma))`` updates; short runs
+raise ``tau``. Even so, MOBILE's score on Pendulum still swings at 12k updates (docs/models.md).
+
 Example::
 
     run = offrl.train("mobile", "pendulum-medium-replay-v0", steps=20_000,
@@ -35,7 +44,7 @@ from offrl.algos import model_based
 from offrl.algos.common import Batch
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.model_based import Agent, act, config_for_dataset, create, q_value, sample
-from offrl.algos.ranges import NON_NEGATIVE, POSITIVE_INT, param
+from offrl.algos.ranges import BOOL, NON_NEGATIVE, POSITIVE_INT, param
 
 __all__ = ["Config", "Agent", "create", "update", "act", "q_value", "bellman_uncertainty", "SPEC"]
 
@@ -47,6 +56,7 @@ class Config(model_based.ModelBasedConfig):
 
     penalty_coef: float = param(1.5, NON_NEGATIVE)  #: beta of y = r - beta * u(s, a) + ... (OfflineRL-Kit: 1.5)
     successor_samples: int = param(10, POSITIVE_INT)  #: S, successors drawn from each elite for T^i Q (10)
+    critic_layer_norm: bool = param(True, BOOL)  #: LayerNorm in the critics (not the authors': see the module docstring)
 
 
 def bellman_uncertainty(rewards: jax.Array, masks: jax.Array, next_q: jax.Array, discount) -> jax.Array:

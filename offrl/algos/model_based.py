@@ -44,6 +44,7 @@ class ModelBasedConfig(dyn.DynamicsSettings):
     entropy_alpha_lr: float = param(1e-4, LEARNING_RATE)  #: Adam learning rate of log(entropy_alpha) (1e-4)
     hidden_dims: tuple[int, ...] = param((256, 256), WIDTHS)  #: actor and critic widths (MOPO, MOBILE: 2 x 256)
     num_qs: int = param(2, POSITIVE_INT)  #: critics in the ensemble (clipped double Q)
+    critic_layer_norm: bool = param(False, BOOL)  #: LayerNorm after every hidden layer of the critics (MOPO, MOBILE: on)
     discount: float = param(0.99, DISCOUNT)  #: gamma
     tau: float = param(0.005, POLYAK)  #: Polyak rate of the target critics
     batch_size: int = param(256, POSITIVE_INT)  #: rows per update, real and model together
@@ -79,7 +80,7 @@ def create(config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
     actor_key, critic_key, model_key, rng = jax.random.split(key, 4)
     obs, act = jnp.zeros((1, obs_dim)), jnp.zeros((1, action_dim))
     actor_net = GaussianActor(action_dim, tuple(config.hidden_dims), tanh_squash=True, state_dependent_std=True)
-    critic_net = EnsembleCritic(tuple(config.hidden_dims), num_qs=config.num_qs)
+    critic_net = EnsembleCritic(tuple(config.hidden_dims), num_qs=config.num_qs, layer_norm=config.critic_layer_norm)
     critic_params = critic_net.init(critic_key, obs, act)
     actor_lr = config.actor_lr
     if config.cosine_actor_lr:

@@ -7,6 +7,13 @@ import numpy as np
 
 from offrl import dynamics as dyn
 
+#: the sizes of MOPO's and MOBILE's real runs on bundled Pendulum (small model and networks, 1,000 rollout
+#: starts every 100 updates, tau = 0.05)
+PENDULUM = {"ensemble_size": "5", "num_elites": "3", "model_hidden_dims": "64,64", "hidden_dims": "64,64",
+            "rollout_starts": "1000", "rollout_every": "100", "model_max_epochs": "40", "actor_lr": "3e-4",
+            "entropy_alpha_lr": "3e-4", "tau": "0.05"}
+
+
 def soft_bounded_logvar(raw):
     """The member's log-variance for a raw output ``raw`` with the initial bounds 0.5 and -10."""
     softplus = lambda x: np.log1p(np.exp(x))  # noqa: E731

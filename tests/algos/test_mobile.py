@@ -38,3 +38,4 @@ def test_penalty_of_a_tiny_ensemble_is_the_spread_of_its_rewards():
     batch = Batch(obs, jnp.zeros((8, 1)), jnp.zeros(8), obs, jnp.ones(8))
     u = mobile.penalty(agent, batch, jax.random.PRNGKey(2))
     np.testing.assert_allclose(np.asarray(u), np.std([1.0, 2.0, 4.0], ddof=1), atol=0.01)  # reward noise: exp(-5) / sqrt(5) per elite
+
