@@ -53,7 +53,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "bear": ("offrl.algos.bear", "BEAR: the policy kept within an MMD ball of the behaviour policy (Kumar et al. 2019)"),
     "plas": ("offrl.algos.plas", "PLAS: a policy in the latent space of a behaviour VAE (Zhou et al. 2020)"),
     "spot": ("offrl.algos.spot", "SPOT: TD3 with a VAE density support penalty (Wu et al. 2022)"),
-    "mopo": ("offrl.algos.mopo", "MOPO: SAC on model rollouts penalised by the ensemble's uncertainty (Yu et al. 2020; experimental)"),
+    "mopo": ("offrl.algos.mopo", "MOPO: SAC on model rollouts penalised by the ensemble's uncertainty (Yu et al. 2020)"),
     "mobile": ("offrl.algos.mobile", "MOBILE: model rollouts penalised by Bellman inconsistency across members (Sun et al. 2023; experimental)"),
     "combo": ("offrl.algos.combo", "COMBO: CQL's regulariser on model samples (Yu et al. 2021)"),
     "idql": ("offrl.algos.idql", "IDQL: IQL's critic choosing among samples of a diffusion behaviour model (Hansen-Estruch et al. 2023)"),
