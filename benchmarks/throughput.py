@@ -47,7 +47,7 @@ import time
 import numpy as np
 
 OBS_DIM, ACTION_DIM, BATCH_SIZE = 17, 6, 256
-CONTINUOUS_ALGOS = ("bc", "td3_bc", "iql", "cql", "awac", "bcq")
+CONTINUOUS_ALGOS = ("bc", "td3_bc", "iql", "cql", "awac", "bcq", "rebrac", "crr", "bear", "plas")
 DISCRETE_ALGOS = ("dqn", "discrete_cql", "discrete_bc")
 ALL_ALGOS = CONTINUOUS_ALGOS + DISCRETE_ALGOS
 DISCRETE_DATASET = "cartpole-medium-expert-v0"
@@ -63,6 +63,14 @@ OFFRL_OVERRIDES = {
              "batch_size": BATCH_SIZE, "actor_weight_decay": 0.0},
     "bcq": {"hidden_dims": (256, 256), "vae_hidden_dims": (750, 750),
             "num_qs": 2, "batch_size": BATCH_SIZE, "num_samples": 10},
+    # the issue-23 algorithms; BEAR and PLAS past their warm-up (the full update on both sides)
+    "rebrac": {"hidden_dims": (256, 256), "critic_layer_norm": True, "num_qs": 2, "batch_size": BATCH_SIZE},
+    "crr": {"hidden_dims": (256, 256), "num_qs": 1, "batch_size": BATCH_SIZE, "num_action_samples": 4,
+            "target_update_interval": 100},
+    "bear": {"hidden_dims": (256, 256), "vae_hidden_dims": (750, 750), "num_qs": 2, "batch_size": BATCH_SIZE,
+             "num_target_samples": 10, "num_mmd_samples": 4, "warmup_steps": 0},
+    "plas": {"hidden_dims": (256, 256), "vae_hidden_dims": (750, 750), "num_qs": 2, "batch_size": BATCH_SIZE,
+             "warmup_steps": 0},
     # discrete: one 256 x 256 Q-network (or logit network), Huber TD loss, batch 256, no double-Q
     "dqn": {"hidden_dims": (256, 256), "batch_size": BATCH_SIZE},
     "discrete_cql": {"hidden_dims": (256, 256), "batch_size": BATCH_SIZE, "cql_alpha": 1.0},
@@ -94,6 +102,23 @@ def d3rlpy_config(name: str):
         vae = d3rlpy.models.VectorEncoderFactory(hidden_units=[750, 750])
         return d3rlpy.algos.BCQConfig(actor_encoder_factory=mlp, critic_encoder_factory=mlp,
                                       imitator_encoder_factory=vae, n_critics=2, n_action_samples=10, **common)
+    if name == "rebrac":  # LayerNorm in the critic, as offrl's (and the paper's) critic
+        critic = d3rlpy.models.VectorEncoderFactory(hidden_units=[256, 256], use_layer_norm=True)
+        return d3rlpy.algos.ReBRACConfig(actor_encoder_factory=mlp, critic_encoder_factory=critic, n_critics=2,
+                                         update_actor_interval=2, **common)
+    if name == "crr":
+        return d3rlpy.algos.CRRConfig(actor_encoder_factory=mlp, critic_encoder_factory=mlp, n_critics=1,
+                                      n_action_samples=4, target_update_type="hard", target_update_interval=100,
+                                      **common)
+    if name == "bear":
+        vae = d3rlpy.models.VectorEncoderFactory(hidden_units=[750, 750])
+        return d3rlpy.algos.BEARConfig(actor_encoder_factory=mlp, critic_encoder_factory=mlp,
+                                       imitator_encoder_factory=vae, n_critics=2, n_target_samples=10,
+                                       n_mmd_action_samples=4, warmup_steps=0, **common)
+    if name == "plas":
+        vae = d3rlpy.models.VectorEncoderFactory(hidden_units=[750, 750])
+        return d3rlpy.algos.PLASConfig(actor_encoder_factory=mlp, critic_encoder_factory=mlp,
+                                       imitator_encoder_factory=vae, n_critics=2, warmup_steps=0, **common)
     # discrete (d3rlpy's DQN/DiscreteCQL: one Q-network, Huber loss, hard target copy every
     # target_update_interval steps; offrl: Polyak target every step, a few extra FLOPs per update)
     if name == "dqn":

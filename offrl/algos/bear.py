@@ -42,7 +42,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.bcq import soft_clipped_q, vae_loss
-from offrl.algos.common import (Batch, apply_gradients_with_loss, make_train_state, min_q_value, scalar_train_state,
+from offrl.algos.common import (Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, scalar_train_state,
                                 td_critic_loss)
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OneOf, OrNone,
@@ -89,6 +89,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
 # ---------------------------------------------------------------------- losses
@@ -117,16 +118,16 @@ def actor_loss(params, agent: Agent, batch: Batch, data_samples, key):
     cfg = agent.config
     mean, log_std = agent.actor.apply_fn(params, batch.observations)
     samples = sample_policy(key, mean, log_std, cfg.num_mmd_samples)
-    distance = mmd(samples, data_samples, cfg.mmd_kernel, cfg.mmd_sigma)
+    distance = mmd(samples, data_samples, cfg.mmd_kernel, hyperparameter(agent, "mmd_sigma"))
     q = agent.critic.apply_fn(agent.critic.params, batch.observations, samples[:, 0]).min(0)
     q_on = (agent.step >= cfg.warmup_steps).astype(q.dtype)
     alpha = jnp.exp(agent.log_alpha.params["value"])
-    return jnp.mean(-q_on * q + alpha * (distance - cfg.mmd_epsilon)), {"mmd": distance}
+    return jnp.mean(-q_on * q + alpha * (distance - hyperparameter(agent, "mmd_epsilon"))), {"mmd": distance}
 
 
 def alpha_loss(params, agent: Agent, distance):
     """``-alpha * mean(MMD - epsilon)`` with the MMD a constant."""
-    gap = jax.lax.stop_gradient(distance - agent.config.mmd_epsilon)
+    gap = jax.lax.stop_gradient(distance - hyperparameter(agent, "mmd_epsilon"))
     return -jnp.exp(params["value"]) * jnp.mean(gap), {}
 
 
@@ -141,8 +142,8 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     next_actions = sample_policy(next_key, mean, log_std, m).reshape(batch_size * m, -1)
     next_obs = jnp.repeat(batch.next_observations, m, axis=0)
     next_q = agent.critic.apply_fn(agent.target_critic_params, next_obs, next_actions)
-    next_q = soft_clipped_q(next_q, cfg.lmbda).reshape(batch_size, m).max(-1)
-    target = batch.rewards + cfg.discount * batch.masks * next_q
+    next_q = soft_clipped_q(next_q, hyperparameter(agent, "lmbda")).reshape(batch_size, m).max(-1)
+    target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
 
     data_samples = vae.apply_fn(vae.params, jnp.repeat(batch.observations, n, axis=0), data_key, method="sample")
@@ -153,7 +154,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     log_alpha = log_alpha.replace(params={"value": jnp.clip(log_alpha.params["value"], LOG_ALPHA_MIN, LOG_ALPHA_MAX)})
     agent = agent.replace(
         actor=actor, log_alpha=log_alpha,
-        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, cfg.tau),
+        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, hyperparameter(agent, "tau")),
         rng=rng, step=agent.step + 1,
     )
     metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "vae_loss": g_loss, "recon_loss": g_aux["recon"],
@@ -189,4 +190,4 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
     )
 
 
-SPEC = AlgorithmSpec(name="bear")
+SPEC = AlgorithmSpec(name="bear", traced_fields=("discount", "tau", "lmbda", "mmd_sigma", "mmd_epsilon"))

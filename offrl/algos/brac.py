@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OneOf, POLYAK,
                                 POSITIVE_INT, REWARD_SCALING, WIDTHS, param)
@@ -77,6 +77,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
 # ---------------------------------------------------------------------- losses
@@ -111,7 +112,7 @@ def actor_loss(params, agent: Agent, batch: Batch, key):
     divergence, actions = policy_divergence(key, mean, log_std, b_mean, b_log_std, cfg.num_divergence_samples)
     q = agent.critic.apply_fn(agent.critic.params, batch.observations, actions[:, 0]).min(0)
     q_on = (agent.step >= cfg.warmup_steps).astype(q.dtype)
-    return jnp.mean(cfg.alpha * divergence - q_on * q), {"divergence": divergence.mean()}
+    return jnp.mean(hyperparameter(agent, "alpha") * divergence - q_on * q), {"divergence": divergence.mean()}
 
 
 # ---------------------------------------------------------------------- update
@@ -127,15 +128,15 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
                                                       cfg.num_divergence_samples)
     next_v = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions[:, 0]).min(0)
     if cfg.penalty == "value":
-        next_v = next_v - cfg.alpha * next_divergence
-    target = batch.rewards + cfg.discount * batch.masks * next_v
+        next_v = next_v - hyperparameter(agent, "alpha") * next_divergence
+    target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_v
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
 
     agent = agent.replace(critic=critic)
     actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, actor_key)
     agent = agent.replace(
         actor=actor,
-        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, cfg.tau),
+        target_critic_params=losses.soft_update(agent.target_critic_params, critic.params, hyperparameter(agent, "tau")),
         rng=rng, step=agent.step + 1,
     )
     metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "behavior_loss": b_loss, "q": c_aux["q"],
@@ -169,4 +170,4 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
     )
 
 
-SPEC = AlgorithmSpec(name="brac")
+SPEC = AlgorithmSpec(name="brac", traced_fields=("discount", "tau", "alpha"))

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (BOOL, DISCOUNT, LEARNING_RATE, OneOf, OrNone, POLYAK, POSITIVE, POSITIVE_INT,
                                 REWARD_SCALING, WIDTHS, param)
@@ -69,6 +69,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
 # ---------------------------------------------------------------------- losses
@@ -99,10 +100,11 @@ def sample_actions(key, mean, log_std):
     return jnp.clip(mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape), -1.0, 1.0)
 
 
-def update_target(target, online, step, cfg: Config):
-    """A hard copy when ``step`` is a multiple of ``target_update_interval``, else Polyak averaging at ``tau``."""
+def update_target(target, online, step, cfg: Config, tau=None):
+    """A hard copy when ``step`` is a multiple of ``target_update_interval``, else Polyak averaging at ``tau``
+    (``cfg.tau`` unless a sweep's traced value is passed)."""
     if cfg.target_update_interval is None:
-        return losses.soft_update(target, online, cfg.tau)
+        return losses.soft_update(target, online, cfg.tau if tau is None else tau)
     copy = step % cfg.target_update_interval == 0
     return jax.tree_util.tree_map(lambda t, o: jnp.where(copy, o, t), target, online)
 
@@ -116,7 +118,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     next_mean, next_log_std = agent.actor.apply_fn(agent.target_actor_params, batch.next_observations)
     next_actions = sample_actions(next_key, next_mean, next_log_std)
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
-    target = batch.rewards + cfg.discount * batch.masks * next_q
+    target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
 
     # advantage: one critic pass over the data action and the m policy samples of every state
     mean, log_std = agent.actor.apply_fn(agent.actor.params, batch.observations)
@@ -124,15 +126,16 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     obs_all = jnp.concatenate([batch.observations, jnp.repeat(batch.observations, m, axis=0)])
     q_all = agent.critic.apply_fn(agent.critic.params, obs_all, jnp.concatenate([batch.actions, sampled])).min(0)
     advantages = q_all[:batch_size] - state_value(q_all[batch_size:].reshape(batch_size, m), cfg.advantage_type)
-    weights = advantage_filter(advantages, cfg.weight_type, cfg.advantage_temperature, cfg.max_weight)
+    weights = advantage_filter(advantages, cfg.weight_type, hyperparameter(agent, "advantage_temperature"),
+                               hyperparameter(agent, "max_weight"))
 
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, weights)
     step = agent.step + 1
     agent = agent.replace(
         actor=actor, critic=critic,
-        target_actor_params=update_target(agent.target_actor_params, actor.params, step, cfg),
-        target_critic_params=update_target(agent.target_critic_params, critic.params, step, cfg),
+        target_actor_params=update_target(agent.target_actor_params, actor.params, step, cfg, hyperparameter(agent, "tau")),
+        target_critic_params=update_target(agent.target_critic_params, critic.params, step, cfg, hyperparameter(agent, "tau")),
         rng=rng, step=step,
     )
     metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "q": c_aux["q"], "adv": advantages.mean(),
@@ -167,4 +170,4 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
     )
 
 
-SPEC = AlgorithmSpec(name="crr")
+SPEC = AlgorithmSpec(name="crr", traced_fields=("discount", "tau", "advantage_temperature", "max_weight"))

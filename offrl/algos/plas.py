@@ -39,7 +39,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.bcq import soft_clipped_q, vae_loss
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK,
                                 POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param)
@@ -92,6 +92,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
 # ---------------------------------------------------------------------- losses
@@ -123,14 +124,14 @@ def _update_actor_and_targets(agent: Agent, batch: Batch):
     actor, loss, _ = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch)
     return agent.replace(
         actor=actor, last_actor_loss=loss,
-        target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, agent.config.tau),
-        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, agent.config.tau),
+        target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, hyperparameter(agent, "tau")),
+        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, hyperparameter(agent, "tau")),
     )
 
 
 def _critic_targets_only(agent: Agent, batch: Batch):
     return agent.replace(
-        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, agent.config.tau))
+        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, hyperparameter(agent, "tau")))
 
 
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
@@ -141,8 +142,9 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     agent = agent.replace(vae=vae, rng=rng)
 
     next_actions = decode(agent, agent.target_actor_params, batch.next_observations)
-    next_q = soft_clipped_q(agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions), cfg.lmbda)
-    target = batch.rewards + cfg.discount * batch.masks * next_q
+    next_q = soft_clipped_q(agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions),
+                            hyperparameter(agent, "lmbda"))
+    target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(critic=critic)
     agent = jax.lax.cond(warming_up, _critic_targets_only, _update_actor_and_targets, agent, batch)
@@ -181,4 +183,4 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
     )
 
 
-SPEC = AlgorithmSpec(name="plas", exportable=False)
+SPEC = AlgorithmSpec(name="plas", traced_fields=("discount", "tau", "lmbda"), exportable=False)

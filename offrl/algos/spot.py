@@ -40,7 +40,7 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.bcq import vae_loss
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK,
                                 POSITIVE_INT, REWARD_SCALING, WIDTHS, param)
@@ -84,6 +84,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
 # ---------------------------------------------------------------------- losses
@@ -116,7 +117,7 @@ def actor_loss(params, agent: Agent, batch: Batch, key):
     policy_actions = agent.actor.apply_fn(params, batch.observations)
     q = agent.critic.apply_fn(agent.critic.params, batch.observations, policy_actions)[0]
     penalty = density_penalty(agent, batch.observations, policy_actions, key)
-    return spot_actor_loss(q, penalty, agent.config.support_weight), {"nelbo": penalty.mean()}
+    return spot_actor_loss(q, penalty, hyperparameter(agent, "support_weight")), {"nelbo": penalty.mean()}
 
 
 # ---------------------------------------------------------------------- update
@@ -131,7 +132,7 @@ def _frozen_vae(agent: Agent, batch: Batch, key):
 
 def _update_actor_and_targets(agent: Agent, batch: Batch, key):
     actor, loss, aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, key)
-    tau = agent.config.tau
+    tau = hyperparameter(agent, "tau")
     return agent.replace(
         actor=actor,
         target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, tau),
@@ -142,7 +143,7 @@ def _update_actor_and_targets(agent: Agent, batch: Batch, key):
 
 def _critic_targets_only(agent: Agent, batch: Batch, key):
     return agent.replace(
-        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, agent.config.tau))
+        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, hyperparameter(agent, "tau")))
 
 
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
@@ -153,10 +154,11 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     agent = agent.replace(vae=vae, rng=rng)
 
     next_actions = agent.actor.apply_fn(agent.target_actor_params, batch.next_observations)
-    noise = jnp.clip(cfg.policy_noise * jax.random.normal(noise_key, next_actions.shape), -cfg.noise_clip, cfg.noise_clip)
+    noise_clip = hyperparameter(agent, "noise_clip")
+    noise = jnp.clip(hyperparameter(agent, "policy_noise") * jax.random.normal(noise_key, next_actions.shape), -noise_clip, noise_clip)
     next_actions = jnp.clip(next_actions + noise, -1.0, 1.0)
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
-    target = batch.rewards + cfg.discount * batch.masks * next_q
+    target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(critic=critic)
 
@@ -196,4 +198,5 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
     )
 
 
-SPEC = AlgorithmSpec(name="spot", finetunable=True, explore=explore)
+SPEC = AlgorithmSpec(name="spot", finetunable=True, explore=explore,
+                     traced_fields=("discount", "tau", "policy_noise", "noise_clip", "support_weight"))

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, POLYAK, POSITIVE, POSITIVE_INT,
                                 REWARD_SCALING, WIDTHS, param)
@@ -78,6 +78,7 @@ class Agent(flax.struct.PyTreeNode):
     rng: jax.Array
     step: jax.Array
     config: Config = flax.struct.field(pytree_node=False)
+    hparams: dict = flax.struct.field(default_factory=dict)  #: traced values of SPEC.traced_fields in a sweep (else empty)
 
 
 # ---------------------------------------------------------------------- losses
@@ -93,20 +94,20 @@ critic_loss = td_critic_loss
 
 def value_loss(params, agent: Agent, batch: Batch, q_data):
     v = agent.value.apply_fn(params, batch.observations)
-    return losses.expectile_loss(q_data, v, agent.config.expectile), {"v": v}
+    return losses.expectile_loss(q_data, v, hyperparameter(agent, "expectile")), {"v": v}
 
 
 def actor_loss(params, agent: Agent, batch: Batch, weights):
     policy_actions = agent.actor.apply_fn(params, batch.observations)
     q = agent.critic.apply_fn(agent.critic.params, batch.observations, policy_actions).min(0)
-    loss = awr_bc_actor_loss(q, policy_actions, batch.actions, weights, agent.config.bc_coef)
+    loss = awr_bc_actor_loss(q, policy_actions, batch.actions, weights, hyperparameter(agent, "bc_coef"))
     return loss, {"bc_mse": losses.bc_mse(policy_actions, batch.actions)}
 
 
 # ---------------------------------------------------------------------- update
 def _update_actor_and_targets(agent: Agent, batch: Batch, weights):
     actor, loss, aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, weights)
-    tau = agent.config.tau
+    tau = hyperparameter(agent, "tau")
     return agent.replace(
         actor=actor,
         target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, tau),
@@ -123,16 +124,18 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     rng, noise_key = jax.random.split(agent.rng)
     next_actions = agent.actor.apply_fn(agent.target_actor_params, batch.next_observations)
-    noise = jnp.clip(cfg.policy_noise * jax.random.normal(noise_key, next_actions.shape), -cfg.noise_clip, cfg.noise_clip)
+    noise_clip = hyperparameter(agent, "noise_clip")
+    noise = jnp.clip(hyperparameter(agent, "policy_noise") * jax.random.normal(noise_key, next_actions.shape), -noise_clip, noise_clip)
     next_actions = jnp.clip(next_actions + noise, -1.0, 1.0)
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
-    target = batch.rewards + cfg.discount * batch.masks * next_q
+    target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
 
     q_data = critic.apply_fn(critic.params, batch.observations, batch.actions).min(0)
     value, v_loss, v_aux = apply_gradients_with_loss(agent.value, value_loss, agent, batch, q_data)
     advantages = q_data - jax.lax.stop_gradient(v_aux["v"])
-    weights = losses.advantage_weights(advantages, cfg.awr_inverse_temperature, cfg.max_weight)
+    weights = losses.advantage_weights(advantages, hyperparameter(agent, "awr_inverse_temperature"),
+                                       hyperparameter(agent, "max_weight"))
 
     agent = agent.replace(critic=critic, value=value, rng=rng)
     agent = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets, _skip_actor, agent, batch, weights)
@@ -171,4 +174,5 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
     )
 
 
-SPEC = AlgorithmSpec(name="td3_awr")
+SPEC = AlgorithmSpec(name="td3_awr", traced_fields=("discount", "tau", "policy_noise", "noise_clip", "bc_coef",
+                                                    "awr_inverse_temperature", "max_weight", "expectile"))

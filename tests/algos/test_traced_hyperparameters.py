@@ -17,9 +17,12 @@ OTHER_VALUE = {"discount": 0.5, "tau": 0.3, "expectile": 0.95, "awr_inverse_temp
                "policy_noise": 0.9, "noise_clip": 0.05, "alpha": 0.3, "cql_alpha": 0.5, "logsumexp_temperature": 3.0,
                "target_action_gap": 1.0, "actor_lr": 1e-2, "critic_lr": 1e-2, "value_lr": 1e-2,
                "actor_bc_weight": 0.3, "critic_bc_weight": 0.3, "gumbel_temperature": 0.7,
-               "diversity_weight": 0.3}
+               "diversity_weight": 0.3, "advantage_temperature": 0.3, "lmbda": 0.2, "mmd_sigma": 2.0,
+               "mmd_epsilon": 0.5, "bc_coef": 0.9, "support_weight": 0.9}
 BASE = {"cql": {"lagrange": True}, "cal_ql": {"lagrange": True},  # so target_action_gap is used
-        "td3": {"alpha": 2.5}}  # plain TD3 (alpha None) has no BC term to weight
+        "td3": {"alpha": 2.5},  # plain TD3 (alpha None) has no BC term to weight
+        "crr": {"target_update_interval": None},  # Polyak targets, so tau is read
+        "spot": {"warmup_steps": 0}, "plas": {"warmup_steps": 0}}  # past the VAE warm-up, so the actor's fields are read
 
 TRACEABLE = sorted((name, field) for name in algorithm_names() for field in traceable_fields(name))
 
@@ -48,7 +51,7 @@ def test_the_traceable_algorithms():
     assert ("cal_ql", "discount") not in TRACEABLE  # its MC returns are computed with the static discount
 
 
-FAST = {"iql", "td3_bc", "cql", "rebrac", "xql", "edac"}  # td3 and cal_ql share these updates; they run with -m slow
+FAST = {"iql", "td3_bc", "cql", "rebrac", "xql", "edac", "crr"}  # td3 and cal_ql share these updates; they run with -m slow
 
 
 @pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow)
