@@ -341,6 +341,8 @@ def run_curve(args) -> dict:
     names = [n for n in CURVE_CONFIGS if not args.configs or any(n.startswith(c) for c in args.configs.split("|"))]
     for name in names:
         overrides, normalise = CURVE_CONFIGS[name]
+        if args.hidden:
+            overrides = {**overrides, "hidden_dims": tuple(int(h) for h in args.hidden.split(","))}
         config = replace(fqe.FQEConfig(), discount=args.discount, **overrides)
         data = fqe.fqe_data(ds, next_actions, value_scale=scale if normalise else 1.0)
         agents = fqe.create(config, data)
@@ -505,6 +507,7 @@ def main(argv=None) -> int:
     c.add_argument("--curve-steps", type=int, default=20_000)
     c.add_argument("--chunk", type=int, default=1000)
     c.add_argument("--print-every", type=int, default=2)
+    c.add_argument("--hidden", default="", help="override every configuration's critic widths, e.g. 64,64")
     c.add_argument("--configs", default="", help="'|'-separated prefixes of the configurations to run (default all)")
     d = sub.add_parser("dope")
     d.add_argument("--dataset", default="offrl/datasets/hopper-medium-20k-v0.hdf5")

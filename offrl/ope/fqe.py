@@ -8,6 +8,26 @@ FQE regresses ``Q_theta`` onto the target policy's Bellman backup on logged tran
 with ``Qbar`` a Polyak-averaged target network (``tau``), or a copy of ``Q_theta`` refreshed
 every ``target_update_period`` steps (the paper's iterations of fitted regression).
 
+How fast the value propagates is set by the target network. If ``Q_theta`` tracked its target
+``T Qbar`` exactly, the Polyak update ``Qbar <- (1 - tau) Qbar + tau T Qbar`` contracts the
+error by ``1 - tau (1 - gamma)`` per step, so after ``n`` steps from ``Q = 0`` a fraction about
+``exp(-n tau (1 - gamma))`` of an infinite-horizon value is still missing (a hard copy every
+``K`` steps: ``gamma^(n / K)``). At ``gamma = 0.99`` and the common ``tau = 0.005`` that is 61%
+missing after 10k steps and 1% only after 92k; the default ``tau = 0.05`` reaches 1% in ~9k
+steps (``benchmarks/results/ope-curve-*`` and ``docs/ope.md`` measure it on Hopper data).
+
+The regression target is scaled: FQE fits ``Q / c`` on rewards ``r / c`` (the backup is linear
+in ``r``, so the fixed point is ``Q^pi / c`` exactly) with ``c = mean|r| * min(1 / (1 - gamma), H)``
+(:func:`return_scale`, ``H`` the longest episode), and every value it returns is multiplied
+back by ``c``; the critic's outputs and Adam's steps are then of order 1 whatever the reward units.
+
+:func:`train_until_flat` trains in chunks and stops when, over the last ``w`` chunks, every
+policy's direct estimate moved by at most ``tolerance`` relative and its mean loss by at most
+``loss_tolerance`` relative to the ``w`` chunks before (:func:`has_flattened`), or at a cap; it
+returns the curve. With the Polyak rate above, a window of ``W`` steps closes a fraction
+``1 - exp(-W tau (1 - gamma))`` of the remaining gap, so a relative change below ``tolerance``
+bounds the remaining gap by about ``tolerance / (1 - exp(-W tau (1 - gamma)))``.
+
 * Continuous: ``pi(.|s')`` is the Gaussian ``N(mu(s'), sigma(s')^2)`` truncated to the action
   box (:class:`GaussianTarget`; :mod:`offrl.ope.policies` defines it and the importance weights
   use the same density), and the expectation is the mean over ``next_action_samples`` draws
@@ -30,7 +50,8 @@ Example::
     mean, std = policy.distribution(ds.next_observations)
     data = fqe_data(ds, GaussianTarget(mean[None], std[None]), policy.action_low, policy.action_high)
     agents = create(FQEConfig(), data, seeds=2)
-    agents, metrics = train(agents, data, num_steps=20_000)
+    probe = lambda agents: state_values(agents, data, start_obs, start_policy).mean((1, 2))
+    agents, metrics, curve = train_until_flat(agents, data, probe, max_steps=50_000, window=3)
     q = q_values(agents, data, ds.observations, ds.actions)               # (P, S, N)
 """
 
@@ -54,9 +75,9 @@ from offrl.nets import MLP, Critic
 @dataclass(frozen=True)
 class FQEConfig:
     hidden_dims: tuple[int, ...] = (256, 256)   # critic MLP (d3rlpy's FQE default encoder is 256x256)
-    learning_rate: float = 1e-4                 # Adam (d3rlpy FQE default)
+    learning_rate: float = 3e-4                 # Adam (d3rlpy: 1e-4; on the scaled target 3e-4 converges sooner, docs/ope.md)
     discount: float = 0.99
-    tau: float = 0.005                          # Polyak rate of the target network ...
+    tau: float = 0.05                           # Polyak rate of the target network (0.005 left half of a gamma-0.99 value unpropagated after 10k steps; see the docstring) ...
     target_update_period: int = 0               # ... or, when > 0, a hard copy every this many steps (d3rlpy: 100)
     batch_size: int = 256
     num_actions: int | None = None              # discrete: the critic outputs one Q per action

@@ -251,13 +251,14 @@ def long_horizon_dataset(gamma_horizon: int = 100, n: int = 100, seed: int = 7):
                                next_observations=flat(nxt), infos={"action_log_probs": log_b.reshape(-1).astype(np.float32)})
 
 
-def fqe_at_discount_099(**fqe_overrides):
+def fqe_at_discount_099(ope_overrides=None, **fqe_overrides):
     from offrl.ope.evaluate import OPEConfig, evaluate_policies
     from offrl.ope.fqe import FQEConfig
 
     ds = long_horizon_dataset()
     policy = GaussianPolicy(lambda obs: KT * obs[:, :1], np.array([-10.0]), np.array([10.0]), std=0.04, name="target")
-    config = OPEConfig(estimators=("fqe",), discount=0.99, num_bootstrap=20, fqe=FQEConfig(hidden_dims=(64, 64), **fqe_overrides))
+    config = OPEConfig(estimators=("fqe",), discount=0.99, num_bootstrap=20, fqe=FQEConfig(hidden_dims=(64, 64), **fqe_overrides),
+                       **(ope_overrides or {}))
     report = evaluate_policies([policy], ds, config)
     return report.results["target"]["fqe"].estimate, report.fqe
 
