@@ -22,8 +22,23 @@ estimators estimate (the Gaussian of ``--target-std`` around its action, truncat
 action box), and the table reports each estimator's
 absolute and relative error, Spearman rank correlation and regret@1.
 
+``curve``: FQE of the behaviour policy on its own data (the next logged action backed up), whose
+value needs no environment: on episodes that end in a true terminal the discounted return-to-go
+is an unbiased sample of ``Q^b(s, a)``, so ``mean Q / mean G`` (all rows, and the start states)
+must reach 1. One curve per FQE setting (the old defaults and each candidate fix alone: target
+rate, hard copies, return scaling, learning rate, width), every 1000 steps.
+
+``dope``: the DOPE protocol (Fu et al. 2021). Base policies (one run per ``algo=steps``: BC,
+TD3+BC, IQL, CQL at several budgets), each evaluated at several target stds (the same mean
+action with Gaussian action noise of that size), checked pairwise distinct on dataset
+observations; every estimator against rolled-out true values, with mean absolute error,
+Spearman and regret@1 (also as fractions of the set's value range) and 2.5-97.5% intervals over
+random subsets of two thirds of the policies; FQE trained until flat, its curve plotted.
+
 Run::
 
+    python benchmarks/ope.py curve --curve-steps 20000
+    python benchmarks/ope.py dope --fqe-hidden 64,64
     python benchmarks/ope.py speed --no-d3rlpy
     $D3RLPY_ENV/bin/python benchmarks/ope.py speed          # with d3rlpy (see benchmarks/README.md)
     python benchmarks/ope.py tiers --steps 1000,4000,10000 --algo-steps "cql=1000,2500" --fqe-steps 10000
@@ -249,7 +264,7 @@ def run_tiers(args) -> dict:
     for p in policies:
         p.meta["env_id"] = args.env
     config = OPEConfig(discount=args.discount, fqe_steps=args.fqe_steps, num_bootstrap=args.bootstrap,
-                       fqe=FQEConfig(hidden_dims=(256, 256), learning_rate=1e-4, target_update_period=100))
+                       fqe=FQEConfig(hidden_dims=(256, 256)))
     t0 = time.perf_counter()
     report = evaluate_policies(policies, dataset, config, progress=lambda text: console.print(f"  {text}"))
     ope_s = time.perf_counter() - t0
@@ -326,6 +341,30 @@ def behaviour_problem(dataset_path: str, discount: float):
     return ds, nxt[None], terminated, float(g[terminated].mean()), len(starts), int(terminated.sum()), done_starts, float(g[done_starts].mean())
 
 
+def plot_curves(result: dict, path: Path) -> Path | None:
+    """FQE estimate / truth against steps, one line per configuration (all rows; starts dashed)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for k, (name, c) in enumerate(result["curves"].items()):
+        steps = [r["step"] for r in c["curve"]]
+        line, = ax.plot(steps, [r["ratio"] for r in c["curve"]], label=name, lw=1.2)
+        if "start_ratio" in c["curve"][0]:
+            ax.plot(steps, [r["start_ratio"] for r in c["curve"]], color=line.get_color(), ls="--", lw=0.9)
+    ax.axhline(1.0, color="k", lw=0.7)
+    ax.set(xlabel="FQE step", ylabel="mean Q / mean discounted return-to-go", ylim=(0, 1.15),
+           title=f"FQE of the behaviour policy on {Path(result['dataset']).name} (gamma {result['discount']}); dashed: start states")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def run_curve(args) -> dict:
     from dataclasses import replace
 
@@ -356,7 +395,10 @@ def run_curve(args) -> dict:
         line = " ".join(f"{c['ratio']:.2f}/{c['start_ratio']:.2f}" for c in curve[args.print_every - 1::args.print_every])
         print(f"{name:45s} {curve[-1]['seconds']:6.0f} s  mean Q / mean G (all rows / starts) every {args.print_every * args.chunk} steps: {line}  "
               f"(load {os.getloadavg()[0]:.1f})", flush=True)
-        out["curves"][name] = {"config": {**overrides, "normalise_rewards": normalise}, "curve": curve}
+        label = name.replace("256x256", "x".join(args.hidden.split(","))) if args.hidden else name
+        out["curves"][label] = {"config": {**overrides, "normalise_rewards": normalise}, "curve": curve}
+    if args.out:
+        plot_curves(out, Path(args.out) / f"ope-curve-{args.tag}.png")
     return out
 
 
