@@ -430,8 +430,6 @@ def dope_candidates(work: Path, dataset, spec: str, noise: list[float], console)
 
 
 def run_dope(args) -> dict:
-    from dataclasses import replace
-
     from rich.console import Console
     from rich.table import Table
 

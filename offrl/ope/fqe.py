@@ -48,9 +48,12 @@ and DR's control variate uses the same ``V``.
 Example::
 
     mean, std = policy.distribution(ds.next_observations)
-    data = fqe_data(ds, GaussianTarget(mean[None], std[None]), policy.action_low, policy.action_high)
+    scale = return_scale(ds.rewards, 0.99, int(ds.episode_lengths().max()))
+    data = fqe_data(ds, GaussianTarget(mean[None], std[None]), policy.action_low, policy.action_high, scale)
     agents = create(FQEConfig(), data, seeds=2)
-    probe = lambda agents: state_values(agents, data, start_obs, start_policy).mean((1, 2))
+    s0 = ds.observations[ds.episode_bounds()[0]]
+    m0, sd0 = policy.distribution(s0)
+    probe = lambda agents: state_values(agents, data, s0, GaussianTarget(m0[None], sd0[None])).mean((1, 2))
     agents, metrics, curve = train_until_flat(agents, data, probe, max_steps=50_000, window=3)
     q = q_values(agents, data, ds.observations, ds.actions)               # (P, S, N)
 """
