@@ -93,6 +93,10 @@ def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progre
                                   progress=lambda step: say(f"FQE: {step} of at most {config.fqe_steps} steps"))
         say(f"FQE: {'flat' if curve.converged else 'NOT flat (cap reached)'} after {int(curve.steps[-1])} steps, "
             f"{curve.seconds[-1]:.0f} s")
+        from offrl.ope.fqe import value_bounds
+
+        low, high = value_bounds(dataset.rewards, config.discount, int(np.max(dataset.episode_lengths())))
+        diverged = [n for n, e in zip(names, curve.estimates[-1]) if not low <= e <= high]
     model = None
     if "model" in config.estimators:
         if discrete:
@@ -122,7 +126,8 @@ def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progre
     cfg = asdict(config)
     return OPEReport(names, results, estimated, {p.name: p.describe() for p in policies},
                      {p.name: dict(p.meta) for p in policies}, cfg,
-                     None if curve is None else {"policies": names, **curve.to_dict()})
+                     None if curve is None else {"policies": names, **curve.to_dict(), "value_bounds": [low, high],
+                                                 "outside_value_bounds": diverged})
 
 
 def fit_q(policies, dataset, config: OPEConfig, discrete: bool, progress=None):

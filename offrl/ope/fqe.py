@@ -135,6 +135,14 @@ def return_scale(rewards, discount: float, horizon: int) -> float:
     return size * max(horizon, 1.0) if size > 0 else 1.0
 
 
+def value_bounds(rewards, discount: float, horizon: int) -> tuple[float, float]:
+    """``[min(0, min r), max(0, max r)] * h`` with ``h = 1 / (1 - gamma)`` (``H`` at ``gamma = 1``):
+    every policy's value lies inside, so an FQE estimate outside it has diverged."""
+    r = np.asarray(rewards, np.float64)
+    h = 1.0 / (1.0 - discount) if discount < 1 else float(horizon)
+    return min(0.0, float(r.min())) * h, max(0.0, float(r.max())) * h
+
+
 def fqe_data(dataset, next_policy, action_low=None, action_high=None, value_scale: float = 1.0) -> FQEData:
     """Put ``dataset`` on the device with observations standardised and rewards divided by
     ``value_scale`` (:func:`return_scale`); ``next_policy`` as in :class:`FQEData` for each of

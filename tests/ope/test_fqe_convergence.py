@@ -19,6 +19,13 @@ def test_return_scale_by_hand():
     assert fqe.return_scale(np.zeros(4), 0.9, 10) == 1.0
 
 
+def test_value_bounds_by_hand():
+    r = np.array([1.0, -3.0, 2.0])
+    assert fqe.value_bounds(r, 0.99, 1000) == pytest.approx((-300.0, 200.0))
+    assert fqe.value_bounds(np.array([1.0, 2.0]), 0.9, 5) == pytest.approx((0.0, 20.0))   # 0: a terminal at once
+    assert fqe.value_bounds(np.array([1.0, 2.0]), 1.0, 5) == pytest.approx((0.0, 10.0))
+
+
 def test_has_flattened_by_hand():
     window = 2
     flat_loss = np.ones((4, 1))

@@ -273,4 +273,5 @@ def test_fqe_with_its_defaults_reaches_the_closed_form_value_at_discount_099():
     truth = infinite_value(KT, ST, 0.99)
     estimate, curve = fqe_at_discount_099()
     assert curve["converged"] and curve["final_step"] < 60_000, curve["final_step"]
+    assert curve["outside_value_bounds"] == [] and curve["value_bounds"][0] < truth < curve["value_bounds"][1]
     assert abs(estimate - truth) < 0.05 * abs(truth), (estimate, truth, curve["final_step"])
