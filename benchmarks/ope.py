@@ -22,8 +22,23 @@ estimators estimate (the Gaussian of ``--target-std`` around its action, truncat
 action box), and the table reports each estimator's
 absolute and relative error, Spearman rank correlation and regret@1.
 
+``curve``: FQE of the behaviour policy on its own data (the next logged action backed up), whose
+value needs no environment: on episodes that end in a true terminal the discounted return-to-go
+is an unbiased sample of ``Q^b(s, a)``, so ``mean Q / mean G`` (all rows, and the start states)
+must reach 1. One curve per FQE setting (the old defaults and each candidate fix alone: target
+rate, hard copies, return scaling, learning rate, width), every 1000 steps.
+
+``dope``: the DOPE protocol (Fu et al. 2021). Base policies (one run per ``algo=steps``: BC,
+TD3+BC, IQL, CQL at several budgets), each evaluated at several target stds (the same mean
+action with Gaussian action noise of that size), checked pairwise distinct on dataset
+observations; every estimator against rolled-out true values, with mean absolute error,
+Spearman and regret@1 (also as fractions of the set's value range) and 2.5-97.5% intervals over
+random subsets of two thirds of the policies; FQE trained until flat, its curve plotted.
+
 Run::
 
+    python benchmarks/ope.py curve --curve-steps 20000
+    python benchmarks/ope.py dope --fqe-hidden 64,64
     python benchmarks/ope.py speed --no-d3rlpy
     $D3RLPY_ENV/bin/python benchmarks/ope.py speed          # with d3rlpy (see benchmarks/README.md)
     python benchmarks/ope.py tiers --steps 1000,4000,10000 --algo-steps "cql=1000,2500" --fqe-steps 10000
@@ -249,7 +264,7 @@ def run_tiers(args) -> dict:
     for p in policies:
         p.meta["env_id"] = args.env
     config = OPEConfig(discount=args.discount, fqe_steps=args.fqe_steps, num_bootstrap=args.bootstrap,
-                       fqe=FQEConfig(hidden_dims=(256, 256), learning_rate=1e-4, target_update_period=100))
+                       fqe=FQEConfig(hidden_dims=(256, 256)))
     t0 = time.perf_counter()
     report = evaluate_policies(policies, dataset, config, progress=lambda text: console.print(f"  {text}"))
     ope_s = time.perf_counter() - t0
@@ -282,6 +297,225 @@ def run_tiers(args) -> dict:
             "rows": report.table(), "ope_seconds": ope_s}
 
 
+# ---------------------------------------------------------------------- FQE convergence curves
+CURVE_CONFIGS = {
+    # name: (FQEConfig overrides, normalise rewards by the return scale)
+    "old: 256x256 Adam 1e-4 Polyak 0.005": ({"hidden_dims": (256, 256), "learning_rate": 1e-4, "tau": 0.005}, False),
+    "old + hard copy /100 (last benchmark)": ({"hidden_dims": (256, 256), "learning_rate": 1e-4, "target_update_period": 100}, False),
+    "old + reward scaling": ({"hidden_dims": (256, 256), "learning_rate": 1e-4, "tau": 0.005}, True),
+    "old + Polyak 0.05": ({"hidden_dims": (256, 256), "learning_rate": 1e-4, "tau": 0.05}, False),
+    "scaling + Polyak 0.05": ({"hidden_dims": (256, 256), "learning_rate": 1e-4, "tau": 0.05}, True),
+    "scaling + Polyak 0.05 + Adam 3e-4": ({"hidden_dims": (256, 256), "learning_rate": 3e-4, "tau": 0.05}, True),
+    "64x64 scaling + Polyak 0.05 + Adam 3e-4": ({"hidden_dims": (64, 64), "learning_rate": 3e-4, "tau": 0.05}, True),
+    "64x64 old": ({"hidden_dims": (64, 64), "learning_rate": 1e-4, "tau": 0.005}, False),
+}
+
+
+def discounted_returns_to_go(rewards, starts, ends, discount):
+    out = np.zeros(len(rewards))
+    for a, b in zip(starts, ends):
+        g = 0.0
+        for i in range(b - 1, a - 1, -1):
+            g = rewards[i] + discount * g
+            out[i] = g
+    return out
+
+
+def behaviour_problem(dataset_path: str, discount: float):
+    """FQE of the behaviour policy itself on its own data (the backup uses the next logged
+    action, ``a'_i = a_{i+1}``), whose value is known without an environment: on an episode that
+    ends in a true terminal, the discounted return-to-go ``G_i`` is an unbiased sample of
+    ``Q^b(s_i, a_i)``, so ``mean_i Q(s_i, a_i)`` over those rows must equal ``mean_i G_i``."""
+    from offrl.data import load
+
+    ds = load(dataset_path)
+    starts, ends = ds.episode_bounds()
+    nxt = np.concatenate([ds.actions[1:], ds.actions[-1:]]).astype(np.float32)
+    last = ends - 1
+    nxt[last] = ds.actions[last]              # episode ends: masked (terminal) or gamma^1000-small (timeout)
+    g = discounted_returns_to_go(np.asarray(ds.rewards, np.float64), starts, ends, discount)
+    terminated = np.zeros(len(ds), bool)
+    for a, b in zip(starts, ends):
+        terminated[a:b] = bool(ds.terminals[b - 1])
+    done_starts = starts[ds.terminals[ends - 1].astype(bool)]
+    return ds, nxt[None], terminated, float(g[terminated].mean()), len(starts), int(terminated.sum()), done_starts, float(g[done_starts].mean())
+
+
+def plot_curves(result: dict, path: Path) -> Path | None:
+    """FQE estimate / truth against steps, one line per configuration (all rows; starts dashed)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for k, (name, c) in enumerate(result["curves"].items()):
+        steps = [r["step"] for r in c["curve"]]
+        line, = ax.plot(steps, [r["ratio"] for r in c["curve"]], label=name, lw=1.2)
+        if "start_ratio" in c["curve"][0]:
+            ax.plot(steps, [r["start_ratio"] for r in c["curve"]], color=line.get_color(), ls="--", lw=0.9)
+    ax.axhline(1.0, color="k", lw=0.7)
+    ax.set(xlabel="FQE step", ylabel="mean Q / mean discounted return-to-go", ylim=(0, 1.15),
+           title=f"FQE of the behaviour policy on {Path(result['dataset']).name} (gamma {result['discount']}); dashed: start states")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def run_curve(args) -> dict:
+    from dataclasses import replace
+
+    from offrl.ope import fqe
+
+    ds, next_actions, rows, truth, episodes, n_rows, start_rows, start_truth = behaviour_problem(args.dataset, args.discount)
+    horizon = int(np.max(ds.episode_lengths()))
+    scale = fqe.return_scale(ds.rewards, args.discount, horizon)
+    out = {"dataset": args.dataset, "discount": args.discount, "truth_mean_G": truth, "episodes": episodes,
+           "rows_compared": n_rows, "truth_mean_G0": start_truth, "starts_compared": len(start_rows), "return_scale": scale, "curves": {}}
+    print(f"behaviour policy on {args.dataset}: mean G over {n_rows} rows of terminated episodes = {truth:.2f}; "
+          f"return scale {scale:.1f}; load {os.getloadavg()[0]:.1f}", flush=True)
+    names = [n for n in CURVE_CONFIGS if not args.configs or any(n.startswith(c) for c in args.configs.split("|"))]
+    for name in names:
+        overrides, normalise = CURVE_CONFIGS[name]
+        if args.hidden:
+            overrides = {**overrides, "hidden_dims": tuple(int(h) for h in args.hidden.split(","))}
+        config = replace(fqe.FQEConfig(), discount=args.discount, **overrides)
+        data = fqe.fqe_data(ds, next_actions, value_scale=scale if normalise else 1.0)
+        agents = fqe.create(config, data)
+        curve, t0 = [], time.perf_counter()
+        for done in range(args.chunk, args.curve_steps + 1, args.chunk):
+            agents, metrics = fqe.train_chunk(agents, data, args.chunk)
+            q = fqe.q_values(agents, data, ds.observations[rows], ds.actions[rows])[0, 0]
+            loss = float(np.asarray(metrics["fqe/loss"])[0, 0]) * float(data.value_scale) ** 2
+            q0 = fqe.q_values(agents, data, ds.observations[start_rows], ds.actions[start_rows])[0, 0]
+            curve.append({"step": done, "ratio": float(q.mean() / truth), "start_ratio": float(q0.mean() / start_truth), "loss": loss, "seconds": time.perf_counter() - t0})
+        line = " ".join(f"{c['ratio']:.2f}/{c['start_ratio']:.2f}" for c in curve[args.print_every - 1::args.print_every])
+        print(f"{name:45s} {curve[-1]['seconds']:6.0f} s  mean Q / mean G (all rows / starts) every {args.print_every * args.chunk} steps: {line}  "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
+        label = name.replace("256x256", "x".join(args.hidden.split(","))) if args.hidden else name
+        out["curves"][label] = {"config": {**overrides, "normalise_rewards": normalise}, "curve": curve}
+    if args.out:
+        plot_curves(out, Path(args.out) / f"ope-curve-{args.tag}.png")
+    return out
+
+
+# ---------------------------------------------------------------------- DOPE protocol
+def dope_candidates(work: Path, dataset, spec: str, noise: list[float], console) -> list:
+    """Each ``algo=steps`` of ``spec`` trained as its own run (no resume: every checkpoint is its own
+    schedule), exported, then loaded once per target std in ``noise`` (the same mean action with
+    Gaussian action noise of that size, in [-1, 1] units)."""
+    from dataclasses import replace
+
+    from offrl.checkpoint import export_numpy_policy
+    from offrl.engine import train
+    from offrl.ope.policies import load_policy
+
+    policies = []
+    for item in filter(None, spec.split(";")):
+        algo, values = item.split("=")
+        for n in (int(v) for v in values.split(",")):
+            folder = work / f"{algo}-{n}"
+            if not (folder / "policy.json").exists():
+                t0 = time.perf_counter()
+                run = train(algo, dataset, steps=n, eval_every=10**9, eval_episodes=0, out=work / f"run-{algo}-{n}", progress=False)
+                export_numpy_policy(run, folder)
+                console.print(f"  trained {algo} for {n} steps in {time.perf_counter() - t0:.0f} s")
+            base = load_policy(folder)
+            for sigma in noise:
+                policies.append(replace(base, std=sigma, name=f"{algo}-{n}/std{sigma:g}", meta=dict(base.meta)))
+    return policies
+
+
+def run_dope(args) -> dict:
+    from rich.console import Console
+    from rich.table import Table
+
+    from offrl.data import load
+    from offrl.ope.check import identical_pairs, true_values
+    from offrl.ope.evaluate import OPEConfig, evaluate_policies
+    from offrl.ope.fqe import FQEConfig
+    from offrl.ope.metrics import dope_metrics, subset_intervals
+
+    console = Console(width=120)
+    console.print(f"load average {os.getloadavg()[0]:.1f} at start")
+    work = Path(args.work)
+    dataset = load(args.dataset)
+    policies = dope_candidates(work, dataset, args.candidates, [float(s) for s in args.noise.split(",")], console)
+    for p in policies:
+        p.meta["env_id"] = args.env
+    probe = np.asarray(dataset.observations[:: max(1, len(dataset) // 512)][:512])
+    same = identical_pairs(policies, probe)
+    if same:
+        raise SystemExit(f"candidates are not distinct: {same}")
+    console.print(f"{len(policies)} candidates, pairwise distinct on {len(probe)} dataset observations")
+    fqe = FQEConfig(hidden_dims=tuple(int(h) for h in args.fqe_hidden.split(",")))
+    config = OPEConfig(discount=args.discount, fqe_steps=args.fqe_steps, num_bootstrap=args.bootstrap, fqe=fqe,
+                       estimators=tuple(args.estimators.split(",")))
+    t0 = time.perf_counter()
+    report = evaluate_policies(policies, dataset, config, progress=lambda text: console.print(f"  {text}") if "of at most" not in text or text.split()[1].endswith("000") and int(text.split()[1]) % 5000 == 0 else None)
+    ope_s = time.perf_counter() - t0
+    console.print(f"rolling out {len(policies)} candidates x {args.episodes} episodes in {args.env}")
+    t1 = time.perf_counter()
+    truth = true_values(policies, args.env, args.episodes, args.discount)
+    rollout_s = time.perf_counter() - t1
+    true = np.array([truth[p]["value"] for p in report.policies])
+    size = max(3, int(round(args.subset_fraction * len(policies))))
+    table = Table(title=f"{len(policies)} candidates on {args.dataset} (gamma {args.discount}, {args.episodes} rollouts each; value range "
+                        f"{true.min():.1f}..{true.max():.1f}); intervals: 2.5-97.5% over {args.subsets} random subsets of {size}")
+    for col in ("estimator", "MAE", "MAE / range", "Spearman", "regret@1", "regret@1 / range"):
+        table.add_column(col, justify="left" if col == "estimator" else "right")
+    scores = {}
+    for name in config.estimators:
+        est = report.estimates(name)
+        m, ci = dope_metrics(est, true), subset_intervals(est, true, size, args.subsets, seed=args.seed)
+        scores[name] = {"point": m, "interval": ci}
+        cell = lambda k, d=2: f"{m[k]:.{d}f} [{ci[k][0]:.{d}f}, {ci[k][1]:.{d}f}]"  # noqa: E731
+        table.add_row(name, cell("mae", 1), cell("mae/range"), cell("spearman"), cell("regret@1", 1), cell("regret@1/range"))
+    console.print(table)
+    values = Table(title="candidates: true discounted value (+- s.e.) and estimates")
+    shown = [e for e in ("fqe", "dr", "wdr", "wpdis") if e in config.estimators]
+    for col in ("candidate", "true", "s.e.", "return", *shown):
+        values.add_column(col, justify="left" if col == "candidate" else "right")
+    for p in report.policies:
+        r = report.results[p]
+        values.add_row(p, f"{truth[p]['value']:.1f}", f"{truth[p]['value_se']:.1f}", f"{truth[p]['return']:.0f}", *(f"{r[e].estimate:.1f}" for e in shown))
+    console.print(values)
+    curve = report.fqe
+    console.print(f"FQE {'flattened' if curve['converged'] else 'did NOT flatten (cap)'} after {curve['final_step']} steps, "
+                  f"{curve['total_seconds']:.0f} s ({len(policies)} policies vmapped, {fqe.hidden_dims}); whole OPE {ope_s:.0f} s; "
+                  f"rollouts {rollout_s:.0f} s; load average {os.getloadavg()[0]:.1f} at end")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        est = np.asarray(curve["estimates"])
+        for k, name in enumerate(report.policies):
+            axes[0].plot(curve["steps"], est[:, k] / true[k], lw=0.8)
+        axes[0].axhline(1.0, color="k", ls="--", lw=0.8)
+        axes[0].set(xlabel="FQE step", ylabel="FQE estimate / true value", title="FQE while it trains (one line per candidate)")
+        for name in shown:
+            axes[1].scatter(true, report.estimates(name), s=14, label=name)
+        lim = [min(true.min(), 0), true.max() * 1.1]
+        axes[1].plot(lim, lim, "k--", lw=0.8)
+        axes[1].set(xlabel="true discounted value", ylabel="estimate", title=args.dataset.split("/")[-1])
+        axes[1].legend()
+        fig.tight_layout()
+        fig.savefig(out / f"ope-dope-{args.tag}.png", dpi=110)
+    except ImportError:
+        pass
+    return {"dataset": args.dataset, "env": args.env, "candidates": report.policies, "truth": truth, "metrics": scores,
+            "subset_size": size, "subsets": args.subsets, "fqe_curve": curve, "fqe_config": report.config["fqe"],
+            "rows": report.table(), "ope_seconds": ope_s, "rollout_seconds": rollout_s}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -307,13 +541,37 @@ def main(argv=None) -> int:
     t.add_argument("--fqe-steps", type=int, default=20_000)
     t.add_argument("--bootstrap", type=int, default=1000)
     t.add_argument("--episodes", type=int, default=10)
-    for q in (s, t):
+    c = sub.add_parser("curve")
+    c.add_argument("--dataset", default="offrl/datasets/hopper-medium-20k-v0.hdf5")
+    c.add_argument("--discount", type=float, default=0.99)
+    c.add_argument("--curve-steps", type=int, default=20_000)
+    c.add_argument("--chunk", type=int, default=1000)
+    c.add_argument("--print-every", type=int, default=2)
+    c.add_argument("--hidden", default="", help="override every configuration's critic widths, e.g. 64,64")
+    c.add_argument("--configs", default="", help="'|'-separated prefixes of the configurations to run (default all)")
+    d = sub.add_parser("dope")
+    d.add_argument("--dataset", default="offrl/datasets/hopper-medium-20k-v0.hdf5")
+    d.add_argument("--env", default="Hopper-v5")
+    d.add_argument("--candidates", default="bc=1000,5000;td3_bc=3000;iql=3000;cql=1500",
+                   help="';'-separated algo=steps,steps: one run per entry, each a base policy")
+    d.add_argument("--noise", default="0.1,0.3,0.6", help="target stds ([-1, 1] units) applied to every base policy")
+    d.add_argument("--estimators", default="fqe,dr,wdr,wis,wpdis,pdis,is,clipped_is")
+    d.add_argument("--work", default="/tmp/offrl-ope-dope")
+    d.add_argument("--discount", type=float, default=0.99)
+    d.add_argument("--fqe-steps", type=int, default=60_000, help="FQE's cap (it stops earlier once flat)")
+    d.add_argument("--fqe-hidden", default="256,256")
+    d.add_argument("--bootstrap", type=int, default=1000)
+    d.add_argument("--episodes", type=int, default=10)
+    d.add_argument("--subsets", type=int, default=1000)
+    d.add_argument("--subset-fraction", type=float, default=2 / 3)
+    d.add_argument("--seed", type=int, default=0)
+    for q in (s, t, c, d):
         q.add_argument("--out", default=None, help="folder for the JSON (and figure) of the results")
         q.add_argument("--tag", default=time.strftime("%Y-%m-%d"))
     args = p.parse_args(argv)
-    if args.what == "tiers" and args.out is None:
+    if args.what in ("tiers", "curve", "dope") and args.out is None:
         args.out = "benchmarks/results"
-    result = run_speed(args) if args.what == "speed" else run_tiers(args)
+    result = {"speed": run_speed, "tiers": run_tiers, "curve": run_curve, "dope": run_dope}[args.what](args)
     if args.out:
         path = Path(args.out) / f"ope-{args.what}-{args.tag}.json"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -56,3 +56,13 @@ def true_values(policies, env_id: str | None, episodes: int, discount: float, se
         out[policy.name] = {"value": float(d.mean()), "value_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan"),
                             "return": float(rollouts["return"].mean()), "env": env, "episodes": episodes}
     return out
+
+
+def identical_pairs(policies, observations, atol: float = 1e-6) -> list[tuple[str, str]]:
+    """Pairs of candidates whose target distributions agree on every row of ``observations``
+    (the same mean action and the same std, within ``atol``): such a pair is one policy counted
+    twice, which inflates a ranking experiment."""
+    means = [np.asarray(p.mean(observations)) for p in policies]
+    stds = [np.asarray(p.stds(observations)) for p in policies]
+    return [(policies[i].name, policies[j].name) for i in range(len(policies)) for j in range(i + 1, len(policies))
+            if np.allclose(means[i], means[j], atol=atol, rtol=0) and np.allclose(stds[i], stds[j], atol=atol, rtol=0)]

@@ -51,7 +51,10 @@ class OPEConfig:
     ci: interval method: bootstrap percentile, t or hoeffding.
     confidence: interval confidence.
     num_bootstrap: bootstrap resamples.
-    fqe_steps: FQE gradient steps.
+    fqe_steps: the most FQE gradient steps (the cap); FQE stops earlier once its start-state estimates and loss have flattened.
+    fqe_window: FQE steps over which the flattening is judged (a multiple of 1000, the chunk).
+    fqe_tolerance: FQE stops when every estimate moved by at most this fraction over the last fqe_window steps ...
+    fqe_loss_tolerance: ... and its mean loss over them is within this fraction of the fqe_window steps before.
     fqe_seeds: FQE seeds averaged per policy.
     model_horizon: steps of each model rollout of the model estimator (default: the data's longest episode).
     model_samples: model rollouts per start state and elite.
@@ -71,7 +74,10 @@ class OPEConfig:
     ci: str = param("bootstrap", OneOf(CI_METHODS))
     confidence: float = param(0.95, Interval(0.0, 1.0, "()"))
     num_bootstrap: int = param(1000, Interval(10, math.inf, "[)", integer=True), flag="--bootstrap")
-    fqe_steps: int = param(20_000, POSITIVE_INT)
+    fqe_steps: int = param(50_000, POSITIVE_INT)
+    fqe_window: int = param(3_000, Interval(1000, math.inf, "[)", integer=True))
+    fqe_tolerance: float = param(0.01, POSITIVE)
+    fqe_loss_tolerance: float = param(0.1, POSITIVE)
     fqe_seeds: int = param(1, POSITIVE_INT)
     model_horizon: int | None = param(None, OrNone(POSITIVE_INT))
     model_samples: int = param(1, POSITIVE_INT)

@@ -42,6 +42,7 @@ class OPEReport:
     target: dict[str, str]                                # policy -> how its density was formed
     meta: dict[str, dict]
     config: dict
+    fqe: dict | None = None                               # FQE's training curve (FQECurve.to_dict), when it ran
 
     def table(self) -> list[dict]:
         rows = []
@@ -55,7 +56,7 @@ class OPEReport:
 
     def to_dict(self) -> dict:
         return {"policies": self.policies, "estimated_behavior": self.estimated_behavior, "rows": self.table(),
-                "meta": self.meta, "config": self.config}
+                "meta": self.meta, "config": self.config, "fqe": self.fqe}
 
 
 def parse_estimators(text: str | None) -> tuple[str, ...]:
@@ -85,10 +86,17 @@ def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progre
     logp_b, estimated = behavior_log_probs(dataset, config.behavior, discrete=discrete, config=config.behavior_cloning)
     starts, ends = dataset.episode_bounds()
     q_needed = any(e in ("fqe", "dr", "wdr") for e in config.estimators)
-    q_taken = v = None
+    q_taken = v = curve = None
     if q_needed:
-        say(f"FQE: {config.fqe_steps} steps x {len(policies)} policies x {config.fqe_seeds} seeds")
-        q_taken, v = fit_q(policies, dataset, config, discrete)
+        say(f"FQE: up to {config.fqe_steps} steps x {len(policies)} policies x {config.fqe_seeds} seeds")
+        q_taken, v, curve = fit_q(policies, dataset, config, discrete,
+                                  progress=lambda step: say(f"FQE: {step} of at most {config.fqe_steps} steps"))
+        say(f"FQE: {'flat' if curve.converged else 'NOT flat (cap reached)'} after {int(curve.steps[-1])} steps, "
+            f"{curve.seconds[-1]:.0f} s")
+        from offrl.ope.fqe import value_bounds
+
+        low, high = value_bounds(dataset.rewards, config.discount, int(np.max(dataset.episode_lengths())))
+        diverged = [n for n, e in zip(names, curve.estimates[-1]) if not low <= e <= high]
     model = None
     if "model" in config.estimators:
         if discrete:
@@ -117,14 +125,21 @@ def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progre
             results[policy.name][name] = result
     cfg = asdict(config)
     return OPEReport(names, results, estimated, {p.name: p.describe() for p in policies},
-                     {p.name: dict(p.meta) for p in policies}, cfg)
+                     {p.name: dict(p.meta) for p in policies}, cfg,
+                     None if curve is None else {"policies": names, **curve.to_dict(), "value_bounds": [low, high],
+                                                 "outside_value_bounds": diverged})
 
 
-def fit_q(policies, dataset, config: OPEConfig, discrete: bool) -> tuple[np.ndarray, np.ndarray]:
+def fit_q(policies, dataset, config: OPEConfig, discrete: bool, progress=None):
     """FQE for all policies at once; returns ``Q(s_i, a_i)`` and ``V(s_i) = E_{a~pi(.|s_i)} Q(s_i, a)``,
     each ``(P, N)`` averaged over FQE seeds, for the same target policy ``pi`` whose density
-    the importance weights use (the truncated Gaussian of :mod:`offrl.ope.policies`)."""
+    the importance weights use (the truncated Gaussian of :mod:`offrl.ope.policies`), and the
+    :class:`offrl.ope.fqe.FQECurve` of the direct estimate ``mean_k V(s_{k,0})`` over the episode
+    starts while FQE trained until it flattened (``fqe_window``, ``fqe_tolerance``,
+    ``fqe_loss_tolerance``) or reached ``fqe_steps``."""
     from dataclasses import replace
+
+    import jax
 
     from offrl.ope import fqe
 
@@ -145,11 +160,20 @@ def fit_q(policies, dataset, config: OPEConfig, discrete: bool) -> tuple[np.ndar
                 raise OffrlError(f"policies '{policies[0].name}' and '{p.name}' have different action bounds; "
                                  "evaluate policies of one environment together.")
         fqe_config = replace(config.fqe, discount=config.discount, num_actions=None)
-    data = fqe.fqe_data(dataset, next_policy, low, high)
+    scale = 1.0
+    if fqe_config.normalize_returns:
+        scale = fqe.return_scale(dataset.rewards, config.discount, int(np.max(dataset.episode_lengths())))
+    data = fqe.fqe_data(dataset, next_policy, low, high, value_scale=scale)
     agents = fqe.create(fqe_config, data, seeds=config.fqe_seeds)
-    agents, metrics = fqe.train(agents, data, config.fqe_steps)
+    starts = dataset.episode_bounds()[0]
+    start_obs = dataset.observations[starts]
+    start_policy = jax.tree_util.tree_map(lambda x: np.asarray(x)[:, starts], now_policy)
+    probe = lambda agents: fqe.state_values(agents, data, start_obs, start_policy).mean(1).mean(-1)  # noqa: E731
+    chunk = 1000
+    agents, metrics, curve = fqe.train_until_flat(agents, data, probe, config.fqe_steps, max(1, config.fqe_window // chunk),
+                                                  config.fqe_tolerance, config.fqe_loss_tolerance, chunk, progress)
     if not np.isfinite(metrics["fqe/loss"]).all():
         raise OffrlError("FQE diverged (non-finite loss); lower --discount or the FQE learning rate.")
     q_taken = fqe.q_values(agents, data, dataset.observations, dataset.actions).mean(1)
     v = fqe.state_values(agents, data, dataset.observations, now_policy).mean(1)
-    return q_taken, v
+    return q_taken, v, curve

@@ -8,6 +8,26 @@ FQE regresses ``Q_theta`` onto the target policy's Bellman backup on logged tran
 with ``Qbar`` a Polyak-averaged target network (``tau``), or a copy of ``Q_theta`` refreshed
 every ``target_update_period`` steps (the paper's iterations of fitted regression).
 
+How fast the value propagates is set by the target network. If ``Q_theta`` tracked its target
+``T Qbar`` exactly, the Polyak update ``Qbar <- (1 - tau) Qbar + tau T Qbar`` contracts the
+error by ``1 - tau (1 - gamma)`` per step, so after ``n`` steps from ``Q = 0`` a fraction about
+``exp(-n tau (1 - gamma))`` of an infinite-horizon value is still missing (a hard copy every
+``K`` steps: ``gamma^(n / K)``). At ``gamma = 0.99`` and the common ``tau = 0.005`` that is 61%
+missing after 10k steps and 1% only after 92k; the default ``tau = 0.05`` reaches 1% in ~9k
+steps (``benchmarks/results/ope-curve-*`` and ``docs/ope.md`` measure it on Hopper data).
+
+The regression target is scaled: FQE fits ``Q / c`` on rewards ``r / c`` (the backup is linear
+in ``r``, so the fixed point is ``Q^pi / c`` exactly) with ``c = mean|r| * min(1 / (1 - gamma), H)``
+(:func:`return_scale`, ``H`` the longest episode), and every value it returns is multiplied
+back by ``c``; the critic's outputs and Adam's steps are then of order 1 whatever the reward units.
+
+:func:`train_until_flat` trains in chunks and stops when, over the last ``w`` chunks, every
+policy's direct estimate moved by at most ``tolerance`` relative and its mean loss by at most
+``loss_tolerance`` relative to the ``w`` chunks before (:func:`has_flattened`), or at a cap; it
+returns the curve. With the Polyak rate above, a window of ``W`` steps closes a fraction
+``1 - exp(-W tau (1 - gamma))`` of the remaining gap, so a relative change below ``tolerance``
+bounds the remaining gap by about ``tolerance / (1 - exp(-W tau (1 - gamma)))``.
+
 * Continuous: ``pi(.|s')`` is the Gaussian ``N(mu(s'), sigma(s')^2)`` truncated to the action
   box (:class:`GaussianTarget`; :mod:`offrl.ope.policies` defines it and the importance weights
   use the same density), and the expectation is the mean over ``next_action_samples`` draws
@@ -28,9 +48,13 @@ and DR's control variate uses the same ``V``.
 Example::
 
     mean, std = policy.distribution(ds.next_observations)
-    data = fqe_data(ds, GaussianTarget(mean[None], std[None]), policy.action_low, policy.action_high)
+    scale = return_scale(ds.rewards, 0.99, int(ds.episode_lengths().max()))
+    data = fqe_data(ds, GaussianTarget(mean[None], std[None]), policy.action_low, policy.action_high, scale)
     agents = create(FQEConfig(), data, seeds=2)
-    agents, metrics = train(agents, data, num_steps=20_000)
+    s0 = ds.observations[ds.episode_bounds()[0]]
+    m0, sd0 = policy.distribution(s0)
+    probe = lambda agents: state_values(agents, data, s0, GaussianTarget(m0[None], sd0[None])).mean((1, 2))
+    agents, metrics, curve = train_until_flat(agents, data, probe, max_steps=50_000, window=3)
     q = q_values(agents, data, ds.observations, ds.actions)               # (P, S, N)
 """
 
@@ -54,14 +78,15 @@ from offrl.nets import MLP, Critic
 @dataclass(frozen=True)
 class FQEConfig:
     hidden_dims: tuple[int, ...] = (256, 256)   # critic MLP (d3rlpy's FQE default encoder is 256x256)
-    learning_rate: float = 1e-4                 # Adam (d3rlpy FQE default)
+    learning_rate: float = 3e-4                 # Adam (d3rlpy: 1e-4; on the scaled target 3e-4 converges sooner, docs/ope.md)
     discount: float = 0.99
-    tau: float = 0.005                          # Polyak rate of the target network ...
+    tau: float = 0.05                           # Polyak rate of the target network (0.005 left half of a gamma-0.99 value unpropagated after 10k steps; see the docstring) ...
     target_update_period: int = 0               # ... or, when > 0, a hard copy every this many steps (d3rlpy: 100)
     batch_size: int = 256
     num_actions: int | None = None              # discrete: the critic outputs one Q per action
     next_action_samples: int = 2                # continuous: draws a' ~ pi(.|s') averaged in each backup (one antithetic pair)
     value_samples: int = 16                     # continuous: draws a ~ pi(.|s) averaged in V(s)
+    normalize_returns: bool = True              # regress Q / c with c = return_scale(rewards, discount, longest episode)
     seed: int = 0
 
 
@@ -76,7 +101,8 @@ class GaussianTarget(NamedTuple):
 class FQEData(NamedTuple):
     """Device arrays: shared transitions, and per-policy ``next_policy = pi(.|s'_i)`` with
     leading axes ``(P, N)``: a :class:`GaussianTarget` (continuous), deterministic actions
-    ``(P, N, d)`` (continuous, ``sigma = 0``) or probabilities ``(P, N, A)`` (discrete)."""
+    ``(P, N, d)`` (continuous, ``sigma = 0``) or probabilities ``(P, N, A)`` (discrete).
+    ``rewards`` are divided by ``value_scale`` (the critic learns ``Q / value_scale``)."""
 
     observations: jax.Array
     actions: jax.Array
@@ -88,6 +114,7 @@ class FQEData(NamedTuple):
     obs_std: jax.Array
     action_low: jax.Array
     action_high: jax.Array
+    value_scale: jax.Array
 
     def normalize(self, obs):
         return (jnp.asarray(obs, jnp.float32) - self.obs_mean) / self.obs_std
@@ -100,19 +127,38 @@ class FQEAgent(struct.PyTreeNode):
     config: FQEConfig = struct.field(pytree_node=False)
 
 
-def fqe_data(dataset, next_policy, action_low=None, action_high=None) -> FQEData:
-    """Put ``dataset`` on the device with observations standardised; ``next_policy`` as in
-    :class:`FQEData` for each of ``P`` policies; the action box ``[action_low, action_high]``
-    (default unbounded) truncates a :class:`GaussianTarget`."""
+def return_scale(rewards, discount: float, horizon: int) -> float:
+    """``c = mean_i |r_i| * min(1 / (1 - gamma), H)``: the size of a discounted return of a
+    ``H``-step episode (``H`` the data's longest), 1 when every reward is 0."""
+    size = float(np.mean(np.abs(np.asarray(rewards, np.float64)))) if len(rewards) else 0.0
+    horizon = min(1.0 / (1.0 - discount), float(horizon)) if discount < 1 else float(horizon)
+    return size * max(horizon, 1.0) if size > 0 else 1.0
+
+
+def value_bounds(rewards, discount: float, horizon: int) -> tuple[float, float]:
+    """``[min(0, min r), max(0, max r)] * h`` with ``h = 1 / (1 - gamma)`` (``H`` at ``gamma = 1``):
+    every policy's value lies inside, so an FQE estimate outside it has diverged."""
+    r = np.asarray(rewards, np.float64)
+    h = 1.0 / (1.0 - discount) if discount < 1 else float(horizon)
+    return min(0.0, float(r.min())) * h, max(0.0, float(r.max())) * h
+
+
+def fqe_data(dataset, next_policy, action_low=None, action_high=None, value_scale: float = 1.0) -> FQEData:
+    """Put ``dataset`` on the device with observations standardised and rewards divided by
+    ``value_scale`` (:func:`return_scale`); ``next_policy`` as in :class:`FQEData` for each of
+    ``P`` policies; the action box ``[action_low, action_high]`` (default unbounded) truncates a
+    :class:`GaussianTarget`."""
     obs = np.asarray(dataset.observations, np.float32)
     mean, std = obs.mean(0), obs.std(0) + 1e-3
     norm = lambda x: jnp.asarray((np.asarray(x, np.float32) - mean) / std)  # noqa: E731
     dim = int(np.asarray(dataset.actions).reshape(len(obs), -1).shape[1])
     box = lambda b, inf: jnp.full((dim,), inf, jnp.float32) if b is None else jnp.asarray(np.broadcast_to(b, (dim,)), jnp.float32)  # noqa: E731
     policy = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), next_policy)
-    return FQEData(norm(obs), jnp.asarray(dataset.actions, jnp.float32), jnp.asarray(dataset.rewards, jnp.float32),
+    rewards = np.asarray(dataset.rewards, np.float64) / value_scale
+    return FQEData(norm(obs), jnp.asarray(dataset.actions, jnp.float32), jnp.asarray(rewards, jnp.float32),
                    norm(dataset.next_observations), jnp.asarray(1.0 - dataset.terminals, jnp.float32),
-                   policy, jnp.asarray(mean), jnp.asarray(std), box(action_low, -np.inf), box(action_high, np.inf))
+                   policy, jnp.asarray(mean), jnp.asarray(std), box(action_low, -np.inf), box(action_high, np.inf),
+                   jnp.asarray(value_scale, jnp.float32))
 
 
 def num_policies(data: FQEData) -> int:
@@ -226,7 +272,8 @@ def update(agent: FQEAgent, data: FQEData, next_policy, seed_key: jax.Array) -> 
 
 @partial(jax.jit, static_argnums=(2,))
 def train_chunk(agents: FQEAgent, data: FQEData, num_steps: int) -> tuple[FQEAgent, dict]:
-    """``num_steps`` updates of every ``(policy, seed)`` agent in one ``lax.scan``."""
+    """``num_steps`` updates of every ``(policy, seed)`` agent in one ``lax.scan``; metrics are
+    the chunk's means, ``(P, S)`` each, in the critic's units (``Q / value_scale``)."""
     seeds = agents.step.shape[1]
     seed_keys = jax.vmap(jax.random.PRNGKey)(jnp.arange(seeds) + agents.config.seed + 1000)
 
@@ -234,7 +281,7 @@ def train_chunk(agents: FQEAgent, data: FQEData, num_steps: int) -> tuple[FQEAge
         def body(a, _):
             return update(a, data, next_policy, seed_key)
         agent, metrics = jax.lax.scan(body, agent, None, length=num_steps)
-        return agent, jax.tree_util.tree_map(lambda m: m[-1], metrics)
+        return agent, jax.tree_util.tree_map(lambda m: m.mean(0), metrics)
 
     over_seeds = jax.vmap(one, in_axes=(0, None, 0))
     return jax.vmap(over_seeds, in_axes=(0, 0, None))(agents, data.next_policy, seed_keys)
@@ -251,6 +298,65 @@ def train(agents: FQEAgent, data: FQEData, num_steps: int, chunk: int = 1000, pr
         if progress is not None:
             progress(done)
     return agents, jax.tree_util.tree_map(np.asarray, metrics)
+
+
+# ---------------------------------------------------------------------- training until flat
+class FQECurve(NamedTuple):
+    """What :func:`train_until_flat` saw after each chunk: ``steps`` ``(T,)``, the probe's
+    ``estimates`` ``(T, P)`` (env units), the chunk-mean ``losses`` ``(T, P)`` (critic units),
+    wall ``seconds`` ``(T,)``; ``converged`` is False when the cap stopped it."""
+
+    steps: np.ndarray
+    estimates: np.ndarray
+    losses: np.ndarray
+    seconds: np.ndarray
+    converged: bool
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps.tolist(), "estimates": self.estimates.tolist(), "losses": self.losses.tolist(),
+                "seconds": self.seconds.tolist(), "converged": bool(self.converged),
+                "final_step": int(self.steps[-1]) if len(self.steps) else 0,
+                "total_seconds": float(self.seconds[-1]) if len(self.seconds) else 0.0}
+
+
+def has_flattened(estimates, losses, window: int, tolerance: float, loss_tolerance: float, floor: float) -> bool:
+    """The stopping rule, on per-chunk rows ``estimates`` and ``losses`` ``(T, P)``: with ``w = window``
+    chunks and ``T >= 2 w``, every policy's estimate moved by at most ``tolerance`` relative over the
+    last ``w`` chunks, ``|J_T - J_{T-w}| <= tolerance * max(|J_T|, floor)``, and its mean loss over the
+    last ``w`` chunks is within ``loss_tolerance`` (relative) of the mean over the ``w`` before."""
+    estimates, losses = np.asarray(estimates, np.float64), np.asarray(losses, np.float64)
+    if window < 1 or len(estimates) < 2 * window:
+        return False
+    now, before = estimates[-1], estimates[-1 - window]
+    flat = np.abs(now - before) <= tolerance * np.maximum(np.abs(now), floor)
+    recent, previous = losses[-window:].mean(0), losses[-2 * window:-window].mean(0)
+    steady = np.abs(recent - previous) <= loss_tolerance * np.maximum(previous, 1e-12)
+    return bool(np.all(flat) and np.all(steady))
+
+
+def train_until_flat(agents: FQEAgent, data: FQEData, probe, max_steps: int, window: int = 5, tolerance: float = 0.01,
+                     loss_tolerance: float = 0.1, chunk: int = 1000, progress=None) -> tuple[FQEAgent, dict, FQECurve]:
+    """Train in chunks of ``chunk`` steps until :func:`has_flattened` (``window`` in chunks) or
+    ``max_steps``; ``probe(agents) -> (P,)`` is the estimate watched (e.g. the mean ``V`` of the
+    start states), and ``floor = 1e-3 * value_scale`` keeps the relative test sane near 0."""
+    import time
+
+    steps, estimates, losses, seconds = [], [], [], []
+    metrics, done, t0, converged = {}, 0, time.perf_counter(), False
+    floor = 1e-3 * float(data.value_scale)
+    while done < max_steps and not converged:
+        k = min(chunk, max_steps - done)
+        agents, metrics = train_chunk(agents, data, k)
+        done += k
+        steps.append(done)
+        estimates.append(np.asarray(probe(agents), np.float64))
+        losses.append(np.asarray(metrics["fqe/loss"], np.float64).mean(-1))
+        seconds.append(time.perf_counter() - t0)
+        converged = has_flattened(estimates, losses, window, tolerance, loss_tolerance, floor)
+        if progress is not None:
+            progress(done)
+    curve = FQECurve(np.asarray(steps), np.asarray(estimates), np.asarray(losses), np.asarray(seconds), converged)
+    return agents, jax.tree_util.tree_map(np.asarray, metrics), curve
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -288,7 +394,7 @@ def q_values(agents: FQEAgent, data: FQEData, observations, actions, batch_size:
     policies = agents.step.shape[0]
     parts = [np.asarray(_values(agents, obs[i:i + batch], jnp.broadcast_to(act[i:i + batch], (policies, *act[i:i + batch].shape)), True))
              for i in range(0, length, batch)]
-    return np.concatenate(parts, axis=-1)[..., :n]
+    return np.concatenate(parts, axis=-1)[..., :n] * float(data.value_scale)
 
 
 def state_values(agents: FQEAgent, data: FQEData, observations, policy, batch_size: int = 4096, seed: int = 0) -> np.ndarray:
@@ -303,4 +409,4 @@ def state_values(agents: FQEAgent, data: FQEData, observations, policy, batch_si
     parts = [np.asarray(_values(agents, obs[i:i + batch], jax.tree_util.tree_map(lambda x: x[:, i:i + batch], policy),
                                 False, jax.random.fold_in(key, i), data.action_low, data.action_high))
              for i in range(0, length, batch)]
-    return np.concatenate(parts, axis=-1)[..., :n]
+    return np.concatenate(parts, axis=-1)[..., :n] * float(data.value_scale)

@@ -5,6 +5,12 @@
   correlation of the ranks, ties sharing their average rank);
 * regret@k: ``max_i J_i - max_{i in top-k by J_hat} J_i``, the true value lost by deploying the
   best of the estimator's top ``k`` instead of the truly best policy (0 is perfect).
+
+The DOPE protocol (Fu et al. 2021) states the error and the regret relative to the set's value
+range ``max_i J_i - min_i J_i`` (:func:`dope_metrics`), and :func:`subset_intervals` gives each
+metric a percentile interval over random policy subsets: ``num`` subsets of ``size`` distinct
+policies drawn uniformly without replacement, the metric computed on each (the range of the
+subset normalises it), and the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles.
 """
 
 from __future__ import annotations
@@ -51,3 +57,35 @@ def estimator_metrics(estimates, true_values, k: int = 1) -> dict[str, float]:
     return {"abs_error": float(absolute_error(estimates, true_values).mean()),
             "rel_error": float(relative_error(estimates, true_values).mean()),
             "spearman": spearman(estimates, true_values), f"regret@{k}": regret_at_k(estimates, true_values, k)}
+
+
+def dope_metrics(estimates, true_values) -> dict[str, float]:
+    """Mean absolute error, Spearman and regret@1, the error and regret also as fractions of the
+    value range ``max J - min J`` (NaN when the range is 0)."""
+    estimates, true_values = np.asarray(estimates, float), np.asarray(true_values, float)
+    span = float(true_values.max() - true_values.min())
+    mae, regret = float(absolute_error(estimates, true_values).mean()), regret_at_k(estimates, true_values, 1)
+    return {"mae": mae, "mae/range": mae / span if span > 0 else float("nan"), "spearman": spearman(estimates, true_values),
+            "regret@1": regret, "regret@1/range": regret / span if span > 0 else float("nan"), "range": span}
+
+
+def subset_intervals(estimates, true_values, size: int, num: int = 1000, confidence: float = 0.95,
+                     seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Percentile interval of each :func:`dope_metrics` entry over ``num`` random subsets of
+    ``size`` policies (NaNs, e.g. Spearman on a subset with a constant side, are left out)."""
+    estimates, true_values = np.asarray(estimates, float), np.asarray(true_values, float)
+    n = len(true_values)
+    if not 2 <= size <= n:
+        raise ValueError(f"subset size {size} must be between 2 and the number of policies {n}")
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(num):
+        idx = rng.choice(n, size, replace=False)
+        rows.append(dope_metrics(estimates[idx], true_values[idx]))
+    lo, hi = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
+    out = {}
+    for key in rows[0]:
+        values = np.array([r[key] for r in rows])
+        values = values[np.isfinite(values)]
+        out[key] = (float(np.percentile(values, lo)), float(np.percentile(values, hi))) if len(values) else (float("nan"),) * 2
+    return out

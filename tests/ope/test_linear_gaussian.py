@@ -236,3 +236,42 @@ def test_fqe_and_dr_end_to_end_estimate_the_smoothed_policy():
     assert abs(results["dr"].estimate - truth_horizon) < tolerance, results["dr"].estimate
     for name in ("dr", "wdr", "wpdis"):                              # one dataset: its intervals hold the truth
         assert results[name].ci_low <= truth_horizon <= results[name].ci_high, (name, results[name].ci)
+
+
+def long_horizon_dataset(gamma_horizon: int = 100, n: int = 100, seed: int = 7):
+    """``n`` behaviour episodes of ``gamma_horizon`` steps, cut by timeouts (FQE bootstraps there)."""
+    from offrl.data.dataset import Dataset
+
+    s, a, r, nxt, _ = simulate(1, n, np.random.default_rng(seed), gamma_horizon, kb=-0.4, sb=0.5)
+    log_b = -0.5 * ((a + 0.4 * s) / 0.5) ** 2 - math.log(0.5) - 0.5 * math.log(2 * math.pi)
+    timeouts = np.zeros(s.shape, bool)
+    timeouts[..., -1] = True
+    flat = lambda x: x.reshape(-1, 1).astype(np.float32)  # noqa: E731
+    return Dataset.from_arrays(flat(s), flat(a), r.reshape(-1).astype(np.float32), np.zeros(s.size, bool), timeouts.reshape(-1),
+                               next_observations=flat(nxt), infos={"action_log_probs": log_b.reshape(-1).astype(np.float32)})
+
+
+def fqe_at_discount_099(ope_overrides=None, **fqe_overrides):
+    from offrl.ope.evaluate import OPEConfig, evaluate_policies
+    from offrl.ope.fqe import FQEConfig
+
+    ds = long_horizon_dataset()
+    policy = GaussianPolicy(lambda obs: KT * obs[:, :1], np.array([-10.0]), np.array([10.0]), std=0.04, name="target")
+    config = OPEConfig(estimators=("fqe",), discount=0.99, num_bootstrap=20, fqe=FQEConfig(hidden_dims=(64, 64), **fqe_overrides),
+                       **(ope_overrides or {}))
+    report = evaluate_policies([policy], ds, config)
+    return report.results["target"]["fqe"].estimate, report.fqe
+
+
+def test_fqe_with_its_defaults_reaches_the_closed_form_value_at_discount_099():
+    """At gamma 0.99 the value is ~100 steps of reward deep (J = -35.3, 93% of it the constant
+    c / (1 - gamma) that only repeated backups carry back). FQE with its default target-network
+    rate, learning rate, return scaling and stopping rule (only the width narrowed to 64 x 64)
+    must land within 5% of it and report that it flattened before its cap (measured: 0.96 of the
+    truth at 11-13k steps; run on to 30k it stays at 0.967, the fit this dataset allows). The
+    previous defaults (Polyak 0.005, Adam 1e-4, raw rewards, a fixed 20k steps) reach 0.61 of it."""
+    truth = infinite_value(KT, ST, 0.99)
+    estimate, curve = fqe_at_discount_099()
+    assert curve["converged"] and curve["final_step"] < 60_000, curve["final_step"]
+    assert curve["outside_value_bounds"] == [] and curve["value_bounds"][0] < truth < curve["value_bounds"][1]
+    assert abs(estimate - truth) < 0.05 * abs(truth), (estimate, truth, curve["final_step"])
