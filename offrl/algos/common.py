@@ -208,8 +208,11 @@ def config_to_dict(config) -> dict:
 
 
 def config_from_dict(config_cls, data: Mapping[str, Any]):
-    """Rebuild a config from :func:`config_to_dict`'s JSON form (lists back to tuples)."""
+    """Rebuild a config from :func:`config_to_dict`'s JSON form (lists back to tuples). A field the
+    saved form lacks takes ``Config.ABSENT[field]`` when declared (what configs written before the
+    field existed meant), else its default."""
     data = {renamed_field(config_cls, k): v for k, v in data.items()}
+    data = {**{k: v for k, v in getattr(config_cls, "ABSENT", {}).items() if k not in data}, **data}
     kwargs = {}
     for f in dataclasses.fields(config_cls):
         if f.name in data:

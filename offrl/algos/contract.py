@@ -16,7 +16,10 @@ Required (``Algorithm``)
 ------------------------
 ``Config``  frozen dataclass; every field documented with its range (:mod:`offrl.algos.ranges`),
             paper defaults cited. Optional class-level declarations read by the config machinery:
-            ``RENAMED = {old: new}`` (old field names accepted for one release, with a warning) and
+            ``RENAMED = {old: new}`` (old field names accepted for one release, with a warning),
+            ``ABSENT = {field: value}`` (the value a saved config that predates ``field`` meant, used
+            when its ``config.json`` lacks the field, so an old run loads with the behaviour it was
+            trained with, not the new default) and
             ``ORDERED_FIELDS = ((low, high), ...)`` (pairs that must increase). Fields the engine
             reads when present (absent means off): ``batch_size`` (required),
             ``normalize_observations`` (bool), ``reward_scaling`` (``"none"``, ``"returns"`` =

@@ -63,6 +63,9 @@ from offrl.errors import ConfigError
 class Config:
     """Diffuser hyperparameters: a small-data CPU configuration (the paper's sizes in the module docstring)."""
 
+    #: runs saved before these fields existed predicted the noise with unweighted losses
+    ABSENT = {"predict_epsilon": True, "first_action_weight": 1.0}
+
     learning_rate: float = param(1e-3, LEARNING_RATE)  #: Adam learning rate of both nets (paper: 2e-4)
     predict_epsilon: bool = param(False, BOOL)  #: the denoiser's target: the noise eps (True) or x_0 (False, the paper's locomotion setting)
     first_action_weight: float = param(10.0, POSITIVE)  #: loss weight of a_0's entries (the paper's action_weight)

@@ -172,3 +172,13 @@ def test_unguided_plans_imitate_a_deterministic_policy():
     obs, actions = data["observations"][:128], data["actions"][:128]
     mse = float(jnp.mean((diffuser.act(agent, obs) - actions) ** 2))
     assert mse < 0.05 * float(jnp.var(actions))
+
+
+def test_a_config_saved_before_the_x0_target_loads_as_the_noise_predictor_it_was():
+    from offrl.algos.common import config_from_dict, config_to_dict
+
+    saved = config_to_dict(diffuser.Config())
+    old = {k: v for k, v in saved.items() if k not in ("predict_epsilon", "first_action_weight")}
+    loaded = config_from_dict(diffuser.Config, old)
+    assert loaded.predict_epsilon is True and loaded.first_action_weight == 1.0
+    assert config_from_dict(diffuser.Config, saved) == diffuser.Config()  # a new config keeps its own values
