@@ -165,6 +165,13 @@ def _print_report(report, truth, dataset, title):
     if report.estimated_behavior:
         notes.append("The dataset has no logged action_log_probs: the behaviour policy was ESTIMATED by behaviour cloning, "
                      "so the importance-weighted estimates are approximate.")
+    if report.fqe:
+        f = report.fqe
+        notes.append(f"FQE: {'flat' if f['converged'] else 'NOT flat (it reached --fqe-steps; raise it or distrust fqe/dr/wdr)'} "
+                     f"after {f['final_step']} steps, {f['total_seconds']:.0f} s.")
+        if f.get("outside_value_bounds"):
+            notes.append("FQE diverged for " + ", ".join(f["outside_value_bounds"]) + ": its estimate left the range any "
+                         "policy's value can take on this data, so its fqe/dr/wdr rows are not to be used.")
     targets = sorted(set(report.target.values()))
     notes.append("Target policies: " + "; ".join(targets) + ".")
     for note in notes:

@@ -86,6 +86,9 @@ def test_ope_command_writes_table_json_csv_and_plot(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "policy0" in printed and "clipped_is" in printed and "clip 2" in printed
     payload = json.loads((out / "ope.json").read_text())
+    # 50 FQE steps cannot flatten (the window needs 2 x 3000): the report says so in one line
+    assert not payload["fqe"]["converged"] and payload["fqe"]["final_step"] == 50
+    assert "FQE: NOT flat (it reached --fqe-steps" in " ".join(printed.split())
     assert len(payload["rows"]) == 2 * 4 and payload["estimated_behavior"] is False
     assert (out / "ope.csv").read_text().count("\n") == 1 + 8
     assert (out / "ope.png").stat().st_size > 0
