@@ -54,27 +54,6 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def per_seed(rows: list[dict], offline_step: int) -> dict[str, list[float]]:
-    """Per-seed unlearning dip and cumulative regret, by the definitions of ``online_summary``."""
-    import numpy as np
-
-    evals = [r for r in rows if "eval/return" in r]
-    offline = [r for r in evals if r.get("phase") == "offline" or r["step"] <= offline_step]
-    online = [r for r in evals if r.get("phase") == "online" and r["step"] > offline_step]
-    if not offline or not online:
-        return {"dip": [], "regret": []}
-    horizon = max(r["step"] for r in online) - offline_step
-    dips, regrets = [], []
-    for seed in sorted({r["seed"] for r in online}):
-        last_off = [r for r in offline if r["seed"] == seed][-1]["eval/return"]
-        mine = [r for r in online if r["seed"] == seed]
-        early = [r["eval/return"] for r in mine if r["step"] - offline_step <= max(0.1 * horizon, 1)] or [mine[-1]["eval/return"]]
-        dips.append(min(early) - last_off)
-        scores = np.array([r.get("eval/normalized_score", np.nan) for r in mine], float)
-        regrets.append(float(np.mean(1.0 - scores / 100.0)))
-    return {"dip": dips, "regret": regrets}
-
-
 def bootstrap_interval(values, num: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95% percentile interval of the mean over seeds."""
     import numpy as np
@@ -90,7 +69,7 @@ def main(argv=None) -> int:
     import math
 
     import offrl
-    from offrl.finetuning import online_summary
+    from offrl.finetuning import online_summary, per_seed_outcomes
     from offrl.plotting import plot_finetune
 
     args = parse_args(argv)
@@ -128,7 +107,7 @@ def main(argv=None) -> int:
                                  log_every=args.eval_every, **options)
         timings[name] = previous.get(name, time.perf_counter() - t0) if reused else time.perf_counter() - t0
         results[name] = online_summary(run.metrics, run.settings["offline_steps"])
-        seeds_ = per_seed(run.metrics, run.settings["offline_steps"])
+        seeds_ = per_seed_outcomes(run.metrics, run.settings["offline_steps"])
         results[name]["per_seed"] = seeds_
         results[name]["dip_interval"] = bootstrap_interval(seeds_["dip"])
         results[name]["regret_interval"] = bootstrap_interval(seeds_["regret"])

@@ -350,6 +350,31 @@ def _online_phase(learner, log, folder: Path, ft: FinetuneConfig, module, info, 
             evaluator.close()
 
 
+def _evaluations(rows: list[dict], offline_step: int) -> tuple[list[dict], list[dict]]:
+    evals = [r for r in rows if "eval/return" in r]
+    offline = [r for r in evals if r.get("phase") == "offline" or r["step"] <= offline_step]
+    online = [r for r in evals if r.get("phase") == "online" and r["step"] > offline_step]
+    return offline, online
+
+
+def per_seed_outcomes(rows: list[dict], offline_step: int) -> dict[str, list[float]]:
+    """Each seed's unlearning dip and cumulative regret, as :func:`online_summary` defines them
+    (its ``unlearning_dip`` is the mean of these dips); empty lists without online evaluations."""
+    offline, online = _evaluations(rows, offline_step)
+    if not offline or not online:
+        return {"dip": [], "regret": []}
+    last_off = {r["seed"]: r for r in offline}
+    horizon = max(r["step"] for r in online) - offline_step
+    dips, regrets = [], []
+    for s in sorted({r["seed"] for r in online}):
+        mine = [r for r in online if r["seed"] == s]
+        early = [r["eval/return"] for r in mine if r["step"] - offline_step <= max(0.1 * horizon, 1)] or [mine[-1]["eval/return"]]
+        dips.append(float(min(early) - last_off[s]["eval/return"]))
+        scores = np.array([r.get("eval/normalized_score", np.nan) for r in mine], float)
+        regrets.append(float(np.mean(1.0 - scores / 100.0)))
+    return {"dip": dips, "regret": regrets}
+
+
 def online_summary(rows: list[dict], offline_step: int) -> dict:
     """Offline final return, online final return, the unlearning dip and the cumulative regret.
 
@@ -357,9 +382,7 @@ def online_summary(rows: list[dict], offline_step: int) -> dict:
     minus the offline final return; ``regret`` = mean over online evaluations of
     ``1 - normalized_score / 100`` (``None`` without reference returns).
     """
-    evals = [r for r in rows if "eval/return" in r]
-    offline = [r for r in evals if r.get("phase") == "offline" or r["step"] <= offline_step]
-    online = [r for r in evals if r.get("phase") == "online" and r["step"] > offline_step]
+    offline, online = _evaluations(rows, offline_step)
     out: dict[str, Any] = {"offline_steps": offline_step}
     if not offline or not online:
         return out
@@ -367,11 +390,7 @@ def online_summary(rows: list[dict], offline_step: int) -> dict:
     last_off = {r["seed"]: r for r in offline}
     last_on = {r["seed"]: r for r in online}
     online_steps = max(r["step"] for r in online) - offline_step
-    early = [r for r in online if r["step"] - offline_step <= max(0.1 * online_steps, 1)]
-    dips = []
-    for s in seeds:
-        early_s = [r["eval/return"] for r in early if r["seed"] == s] or [last_on[s]["eval/return"]]
-        dips.append(min(early_s) - last_off[s]["eval/return"])
+    dips = per_seed_outcomes(rows, offline_step)["dip"]
     scores = np.array([r.get("eval/normalized_score", np.nan) for r in online], float)
     out.update({
         "offline_return": float(np.mean([last_off[s]["eval/return"] for s in seeds])),
