@@ -311,16 +311,6 @@ CURVE_CONFIGS = {
 }
 
 
-def discounted_returns_to_go(rewards, starts, ends, discount):
-    out = np.zeros(len(rewards))
-    for a, b in zip(starts, ends):
-        g = 0.0
-        for i in range(b - 1, a - 1, -1):
-            g = rewards[i] + discount * g
-            out[i] = g
-    return out
-
-
 def behaviour_problem(dataset_path: str, discount: float):
     """FQE of the behaviour policy itself on its own data (the backup uses the next logged
     action, ``a'_i = a_{i+1}``), whose value is known without an environment: on an episode that
@@ -333,7 +323,7 @@ def behaviour_problem(dataset_path: str, discount: float):
     nxt = np.concatenate([ds.actions[1:], ds.actions[-1:]]).astype(np.float32)
     last = ends - 1
     nxt[last] = ds.actions[last]              # episode ends: masked (terminal) or gamma^1000-small (timeout)
-    g = discounted_returns_to_go(np.asarray(ds.rewards, np.float64), starts, ends, discount)
+    g = ds.returns_to_go(discount)
     terminated = np.zeros(len(ds), bool)
     for a, b in zip(starts, ends):
         terminated[a:b] = bool(ds.terminals[b - 1])
