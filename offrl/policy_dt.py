@@ -8,10 +8,11 @@ pass is the one of :class:`offrl.algos.dt.DecisionTransformer`: for the last ``K
 
     e = E_time[min(t_k, T - 1)]
     tokens = LN(interleave(R_k W_R + b_R + e, s_k W_s + b_s + e, a_k W_a + b_a + e))   (3K tokens)
-    x = x + Attn(LN(x)),  x = x + W_2 gelu(W_1 LN(x))                  (per block; causal, padding masked)
+    x = x + Attn(LN(x)),  x = x + W_2 act(W_1 LN(x))                   (per block; causal, padding masked)
     a_t = tanh(LN(x)[state token of step t] W_head + b_head)
 
-with ``LN`` a LayerNorm (epsilon ``1e-6``), ``gelu`` its tanh approximation, and attention
+with ``LN`` a LayerNorm (epsilon ``1e-6``), ``act`` the run's ``activation`` (``policy.json``'s
+``"activation"``: ReLU, or GELU's tanh approximation; exports that lack the key are GELU), and attention
 from token ``i`` to token ``j`` allowed iff ``j <= i`` and (``j`` is valid or ``j == i``).
 
 The policy holds the episode's context as the JAX rollout carry does (:mod:`offrl.algos.dt`):
@@ -47,6 +48,13 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(np.float32(np.sqrt(2.0 / np.pi)) * (x + np.float32(0.044715) * x**3)))
 
 
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.float32(0.0))
+
+
+ACTIVATIONS = {"gelu": gelu, "relu": relu}
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     z = np.exp(x - x.max(axis=-1, keepdims=True))
     return z / z.sum(axis=-1, keepdims=True)
@@ -67,6 +75,11 @@ class NumpyDecisionTransformer:
         self.context_length = int(meta["context_length"])
         self.num_layers, self.num_heads = int(meta["num_layers"]), int(meta["num_heads"])
         self.return_scale = float(meta["return_scale"])
+        # exports written before ``activation`` was recorded came from GELU blocks
+        activation = meta.get("activation", "gelu")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r} in the export's metadata; expected one of {sorted(ACTIVATIONS)}.")
+        self.activation = ACTIVATIONS[activation]
         self.obs_mean, self.obs_std = self.arrays["obs_mean"], self.arrays["obs_std"]
         self.action_low, self.action_high = self.arrays["action_low"], self.arrays["action_high"]
         self._history = None
@@ -106,7 +119,7 @@ class NumpyDecisionTransformer:
             logits = np.where(allowed, q @ k.transpose(0, 1, 3, 2) / np.float32(np.sqrt(D)), np.float32(-1e9))
             out = (softmax(logits) @ v).transpose(0, 2, 1, 3).reshape(B, 3 * K, E)
             x = x + self._dense(f"block{i}/attention_out", out)
-            h = gelu(self._dense(f"block{i}/mlp_in", self._norm(f"block{i}/mlp_norm", x)))
+            h = self.activation(self._dense(f"block{i}/mlp_in", self._norm(f"block{i}/mlp_norm", x)))
             x = x + self._dense(f"block{i}/mlp_out", h)
         state_out = self._norm("final_norm", x).reshape(B, K, 3, E)[:, :, 1]
         return np.tanh(self._dense("action_head", state_out))

@@ -34,7 +34,7 @@ from flax.training.train_state import TrainState
 
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (ANY_REAL, BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE,
-                                POSITIVE_INT, REWARD_SCALING, Interval, OrNone, param)
+                                POSITIVE_INT, REWARD_SCALING, Interval, OneOf, OrNone, param)
 from offrl.nets_seq import GPT
 
 
@@ -45,10 +45,13 @@ class Config:
     lr 1e-4 with weight decay 1e-4 and a 10k-step linear warm-up, gradient clipping 0.25, batch
     64, return-to-go scale 1000, max episode length 1000.
 
-    One departure: the blocks' MLPs use GELU, where the authors' gym experiment defaults to ReLU
-    (its ``activation_function`` flag). offrl keeps GPT-2's block (:mod:`offrl.nets_seq`) as the
-    one transformer shared with TT and mirrored by the NumPy export (:mod:`offrl.policy_dt`);
-    the activation is therefore not a config field."""
+    The blocks' MLPs use ReLU (``activation``): the authors' gym experiment defaults to ReLU (its
+    ``activation_function`` flag; their Atari code and GPT-2 use GELU), and so does d3rlpy's DT,
+    the peer ``benchmarks/dt_throughput.py`` times against. ``"gelu"`` (the tanh approximation)
+    gives GPT-2's block; runs saved before the field existed used it and still load as GELU."""
+
+    #: runs saved before this field existed used GELU blocks
+    ABSENT = {"activation": "gelu"}
 
     learning_rate: float = param(1e-4, LEARNING_RATE)  #: AdamW learning rate after warm-up
     weight_decay: float = param(1e-4, NON_NEGATIVE)  #: AdamW decoupled weight decay
@@ -60,6 +63,7 @@ class Config:
     num_layers: int = param(3, POSITIVE_INT)  #: transformer blocks
     num_heads: int = param(1, POSITIVE_INT)  #: attention heads (must divide embed_dim)
     dropout: float = param(0.1, Interval(0.0, 1.0, "[)"))  #: dropout on embeddings, attention and MLPs
+    activation: str = param("relu", OneOf(("relu", "gelu")))  #: the blocks' MLP activation (authors' gym code: relu)
     max_timestep: int = param(1000, POSITIVE_INT)  #: size of the timestep embedding table (later steps share the last)
     return_scale: float = param(1000.0, POSITIVE)  #: returns-to-go are divided by this
     target_return: float | None = param(None, OrNone(ANY_REAL))  #: evaluation target in env return units (None: the dataset's best episode return)
@@ -94,6 +98,7 @@ class DecisionTransformer(nn.Module):
     num_heads: int = 1
     dropout: float = 0.1
     max_timestep: int = 1000
+    activation: str = "relu"
 
     @nn.compact
     def __call__(self, returns_to_go, observations, actions, timesteps, valid, training: bool = False):
@@ -104,7 +109,7 @@ class DecisionTransformer(nn.Module):
         a = nn.Dense(self.embed_dim)(actions) + time
         tokens = jnp.stack([r, s, a], axis=2).reshape(B, 3 * K, self.embed_dim)
         tokens = nn.LayerNorm()(tokens)
-        h = GPT(self.embed_dim, self.num_layers, self.num_heads, self.dropout)(
+        h = GPT(self.embed_dim, self.num_layers, self.num_heads, self.dropout, self.activation)(
             tokens, jnp.repeat(valid, 3, axis=1), training)
         state_out = h.reshape(B, K, 3, self.embed_dim)[:, :, 1]
         return jnp.tanh(nn.Dense(self.action_dim, name="action_head")(state_out))
@@ -112,7 +117,7 @@ class DecisionTransformer(nn.Module):
 
 def _net(config: Config, action_dim: int) -> DecisionTransformer:
     return DecisionTransformer(action_dim, config.embed_dim, config.num_layers, config.num_heads, config.dropout,
-                               config.max_timestep)
+                               config.max_timestep, config.activation)
 
 
 # ----------------------------------------------------------------------------- data
@@ -240,7 +245,8 @@ def export_arrays(agent: Agent) -> tuple[dict[str, np.ndarray], dict]:
         arrays[f"{name}/scale"], arrays[f"{name}/bias"] = layer["scale"], layer["bias"]
     meta = {"policy": "decision_transformer", "context_length": config.context_length, "embed_dim": config.embed_dim,
             "num_layers": config.num_layers, "num_heads": config.num_heads, "max_timestep": config.max_timestep,
-            "return_scale": config.return_scale, "target_return": config.target_return}
+            "return_scale": config.return_scale, "target_return": config.target_return,
+            "activation": config.activation}
     return arrays, meta
 
 

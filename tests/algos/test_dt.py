@@ -1,5 +1,6 @@
 """Decision Transformer: causal mask, segment sampling, return-to-go bookkeeping, a short run."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -193,14 +194,19 @@ def test_default_target_return_is_the_best_episode():
     assert dt.config_for_dataset(_tiny_config(target_return=5), _two_episodes()).target_return == 5.0
 
 
-def test_numpy_forward_equals_the_flax_network():
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu-old-export"])
+def test_numpy_forward_equals_the_flax_network(activation):
     """The NumPy transformer (offrl.policy_dt) reproduces the Flax DT on random inputs with
-    padding, several heads and timesteps past the embedding table (clipped)."""
+    padding, several heads and timesteps past the embedding table (clipped), for both
+    activations; an export written before ``activation`` was recorded runs as GELU."""
     from offrl.policy_dt import NumpyDecisionTransformer
 
-    config = _tiny_config(max_timestep=6)
+    config = _tiny_config(max_timestep=6, activation=activation.split("-")[0])
     agent = dt.create(config, 3, 2, jax.random.PRNGKey(0))
     arrays, meta = dt.export_arrays(agent)
+    assert meta["activation"] == config.activation
+    if activation == "gelu-old-export":
+        del meta["activation"]
     policy = NumpyDecisionTransformer({**arrays, "obs_mean": np.zeros(3), "obs_std": np.ones(3),
                                        "action_low": -np.ones(2), "action_high": np.ones(2)}, meta)
     keys = jax.random.split(jax.random.PRNGKey(1), 3)
@@ -345,3 +351,102 @@ def test_dt_learns_pendulum_beats_random():
     high = evaluate(run, episodes=5, policy_options={"target_return": -150.0})["return"][0]
     assert high > np.mean(random_returns) + 300, (high, np.mean(random_returns))
     assert high > low
+
+
+def test_dt_activation_defaults_to_relu_and_old_runs_load_as_gelu():
+    """New runs use the authors' gym default (ReLU); a saved config without the field (runs
+    written before it existed) reads back as GELU, the block those runs trained."""
+    from offrl.algos.common import config_from_dict, config_to_dict
+
+    assert dt.Config().activation == "relu"
+    saved = config_to_dict(dt.Config())
+    assert config_from_dict(dt.Config, saved).activation == "relu"
+    del saved["activation"]
+    assert config_from_dict(dt.Config, saved).activation == "gelu"
+    with pytest.raises(ConfigError, match="activation"):
+        apply_overrides(dt.Config(), {"activation": "tanh"})
+
+
+def test_relu_and_gelu_blocks_differ():
+    """The field reaches the network: the same parameters give different outputs."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 8))
+    valid = jnp.ones((2, 5), bool)
+    relu, gelu = GPT(8, 1, 2, 0.0, "relu"), GPT(8, 1, 2, 0.0, "gelu")
+    params = relu.init(jax.random.PRNGKey(1), x, valid)
+    assert np.abs(np.asarray(relu.apply(params, x, valid)) - np.asarray(gelu.apply(params, x, valid))).max() > 1e-3
+
+
+def test_hash_dropout_rate_is_exact_and_unbiased():
+    """The kept fraction matches 1 - round(rate 2^16) / 2^16 within 4 binomial standard errors
+    on 10^6 elements, and the scaled output's mean equals the input's."""
+    from offrl.nets_seq import dropout_keep
+
+    n = 1_000_000
+    for rate in (0.1, 0.5, 0.9):
+        keep, scale = dropout_keep(jax.random.PRNGKey(3), (1000, 1000), rate)
+        p = round(rate * 65536) / 65536
+        assert scale == pytest.approx(1 / (1 - p))
+        kept = float(jnp.mean(keep))
+        assert abs(kept - (1 - p)) < 4 * np.sqrt(p * (1 - p) / n), (rate, kept)
+        assert float(jnp.mean(jnp.where(keep, scale, 0.0))) == pytest.approx(1.0, abs=4 * np.sqrt(p / (1 - p) / n))
+    with pytest.raises(ValueError, match="drops every element"):
+        dropout_keep(jax.random.PRNGKey(0), (4,), 0.99999999)
+
+
+def test_hash_dropout_masks_are_uncorrelated_across_elements_and_keys():
+    """Neighbouring elements (the two halves of one hash word, and adjacent words), the same
+    element under two keys, and a 2-D lag all show correlations within 5 standard errors of 0."""
+    from offrl.nets_seq import dropout_keep
+
+    n = 1_000_000
+    k1, k2 = dropout_keep(jax.random.PRNGKey(0), (n,), 0.3)[0], dropout_keep(jax.random.PRNGKey(1), (n,), 0.3)[0]
+    a, b = np.asarray(k1, np.float64), np.asarray(k2, np.float64)
+    bound = 5 / np.sqrt(n)
+    for lag in (1, 2, 3, 64):
+        assert abs(np.corrcoef(a[:-lag], a[lag:])[0, 1]) < bound, lag
+    assert abs(np.corrcoef(a, b)[0, 1]) < bound
+    grid = a.reshape(1000, 1000)
+    assert abs(np.corrcoef(grid[:-1].ravel(), grid[1:].ravel())[0, 1]) < bound
+
+
+def test_dropout_is_identity_when_deterministic_and_fresh_per_call_site():
+    """No randomness at evaluation; in training two dropout layers of one network draw
+    different masks (each call site folds its own key), and one key reproduces one mask."""
+    from offrl.nets_seq import Dropout
+
+    x = jnp.ones((4, 256))
+    layer = Dropout(0.5)
+    assert np.array_equal(np.asarray(layer.apply({}, x, True)), np.asarray(x))
+    first = np.asarray(layer.apply({}, x, False, rngs={"dropout": jax.random.PRNGKey(0)}))
+    again = np.asarray(layer.apply({}, x, False, rngs={"dropout": jax.random.PRNGKey(0)}))
+    other = np.asarray(layer.apply({}, x, False, rngs={"dropout": jax.random.PRNGKey(1)}))
+    assert np.array_equal(first, again) and not np.array_equal(first, other)
+    assert set(np.unique(first)) <= {0.0, 2.0}
+
+    class Two(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return Dropout(0.5)(x, False), Dropout(0.5)(x, False)
+
+    u, v = Two().apply({}, x, rngs={"dropout": jax.random.PRNGKey(0)})
+    assert not np.array_equal(np.asarray(u), np.asarray(v))
+
+
+def test_sequence_dense_matches_flax_dense_in_parameters_outputs_and_gradients():
+    """offrl.nets_seq.Dense is nn.Dense with another weight-gradient product order: the same
+    initial parameters for a key, the same outputs, and gradients equal to float32 rounding."""
+    from offrl.nets_seq import Dense
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 7, 5))
+    ours, flax_dense = Dense(4), nn.Dense(4)
+    p_ours, p_flax = ours.init(jax.random.PRNGKey(1), x), flax_dense.init(jax.random.PRNGKey(1), x)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, p_ours, p_flax)
+    np.testing.assert_allclose(ours.apply(p_ours, x), flax_dense.apply(p_flax, x), rtol=1e-6, atol=1e-6)
+
+    def loss(module, params, x):
+        return jnp.sum(jnp.sin(module.apply(params, x)) * jnp.arange(4.0))
+
+    g_ours = jax.grad(loss, argnums=(1, 2))(ours, p_ours, x)
+    g_flax = jax.grad(loss, argnums=(1, 2))(flax_dense, p_flax, x)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), g_ours, g_flax)
+    assert float(jnp.abs(g_ours[0]["params"]["kernel"]).max()) > 0.1
