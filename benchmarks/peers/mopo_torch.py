@@ -67,6 +67,11 @@ def never_terminal(obs: np.ndarray, actions: np.ndarray, next_obs: np.ndarray) -
     return np.zeros((obs.shape[0], 1), bool)
 
 
+def mopo_uncertainty(std: np.ndarray) -> np.ndarray:
+    """MOPO's ``u(s, a) = max_i ||sigma_i(s, a)||_2`` over the members ``i`` of ``std`` ``(M, N, D)``: ``(N,)``."""
+    return np.amax(np.linalg.norm(std, axis=2), axis=0)
+
+
 # ---------------------------------------------------------------------- the dynamics ensemble
 
 
@@ -238,7 +243,7 @@ class EnsembleDynamics:
         n = obs.shape[0]
         chosen = samples[self.rng.choice(self.elites, size=n), np.arange(n)]
         next_obs, rewards = chosen[:, :-1], chosen[:, -1:]
-        uncertainty = np.amax(np.linalg.norm(std, axis=2), axis=0)[:, None].astype(np.float32)
+        uncertainty = mopo_uncertainty(std)[:, None].astype(np.float32)
         return next_obs, rewards - self.penalty_coef * uncertainty, self.terminal_fn(obs, actions, next_obs), uncertainty
 
 
