@@ -59,8 +59,8 @@ def copy_into_peer(model, peer, weight_decays):
                 kernel, bias = kernel[..., : 2 * out], bias[..., : 2 * out]
             layer.weight.copy_(torch.as_tensor(kernel))
             layer.bias.copy_(torch.as_tensor(bias)[:, None, :])
-        net.max_logvar.copy_(torch.as_tensor(np.asarray(member["max_logvar"][0])))
-        net.min_logvar.copy_(torch.as_tensor(np.asarray(member["min_logvar"][0])))
+        net.max_logvar.copy_(torch.as_tensor(np.array(member["max_logvar"][0])))
+        net.min_logvar.copy_(torch.as_tensor(np.array(member["min_logvar"][0])))
     return net
 
 
