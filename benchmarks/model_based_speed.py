@@ -28,6 +28,9 @@ What is timed, per round (each side in turn, rounds alternating, the median roun
 
 Both sides also report this process's CPU seconds per round (a second number that a shared
 machine's load moves less). Torch uses its default thread count unless ``--torch-threads N``.
+For (a) and (b) it prints offrl's achieved FLOP/s (XLA's count of one model step / one SAC update
+times the rate) as a share of a jitted float32 matmul's, and the share that 3x the best peer
+would need: above 100% the target exceeds what this CPU can do.
 
 Run (on an idle machine: other processes' load changes both sides)::
 
@@ -51,6 +54,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # throughput.matmul_peak_flops
 
 OBS_DIM, ACTION_DIM = 11, 3
 
@@ -111,6 +115,34 @@ class Offrl:
         self._epoch = jax.jit(lambda m, st, d: dyn.fit_epochs(m, st, d, max_epochs=1))
         self._refill = jax.jit(model_based.refill, donate_argnums=0)
         self.rollout_agent = None
+
+    def flops(self) -> dict[str, float]:
+        """XLA's FLOP counts of one model gradient step (``grad`` of :func:`offrl.dynamics.model_loss` on
+        ``(M, batch, .)`` rows, Adam left out) and one SAC update on a mixed batch
+        (:func:`offrl.algos.model_based.sac_update` with SAC's soft target: ``mopo.update`` without
+        its fit/refill branches, which the cost analysis would count although they do not run)."""
+        jax, dyn = self.jax, self.dyn
+        from offrl.algos import sac
+        from offrl.algos.common import Batch
+
+        def count(fn, *args) -> float:
+            analysis = jax.jit(fn).lower(*args).compile().cost_analysis()
+            analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+            return float(analysis.get("flops", float("nan")))
+
+        s, m = self.model.settings, self.model
+        inputs, targets, terminals = dyn.model_arrays(self.data)
+        rows = jax.numpy.arange(s.ensemble_size * s.model_batch_size).reshape(s.ensemble_size, -1) % inputs.shape[0]
+        step = count(lambda p, x, y, t: jax.grad(dyn.model_loss, has_aux=True)(p, m.net, x, y, t, s.model_weight_decay),
+                     m.params, inputs[rows], targets[rows], terminals[rows])
+        agent = self.unstack(self.agents)
+        batch = Batch.from_rows({k: v[: self.config.batch_size] for k, v in self.data.items()})
+
+        def sac_step(agent, batch):
+            key = jax.random.PRNGKey(0)
+            return self.model_based.sac_update(agent, batch, sac.soft_target(agent, batch, key), key)
+
+        return {"dynamics": step, "mopo": count(sac_step, agent, batch)}
 
     # (a)
     def fit_epoch(self) -> int:
@@ -298,6 +330,7 @@ def main(argv=None) -> int:
                         "(offrl's MOPO default; OfflineRL-Kit has none, so off here unless set; --kit ignores it)")
     parser.add_argument("--kit", default=None, help="folder holding OfflineRL-Kit's offlinerlkit/ package: time it too")
     parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
+    parser.add_argument("--peak-size", type=int, default=2048, help="matrix size of the matmul peak (default 2048; --quick 512)")
     parser.add_argument("--json", default=None, help="write the figures as JSON to this file")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (3,000 rows, 1,000 starts, 10 updates, "
                         "2 rounds): only checks the script runs")
@@ -309,11 +342,12 @@ def main(argv=None) -> int:
     if bad:
         raise ConfigError(f"--sections: unknown section(s) {', '.join(bad)}; choose from dynamics,mopo,rollout.")
     if args.quick:
-        args.transitions, args.rollout_starts, args.updates, args.rounds = 3000, 1000, 10, 2
+        args.transitions, args.rollout_starts, args.updates, args.rounds, args.peak_size = 3000, 1000, 10, 2, 512
         args.peer_updates = args.peer_updates or 5
     if args.peer_updates is None:
         args.peer_updates = max(1, args.updates // 5)
-    for flag in ("transitions", "hidden", "batch_size", "rollout_starts", "horizon", "updates", "peer_updates", "rounds"):
+    for flag in ("transitions", "hidden", "batch_size", "rollout_starts", "horizon", "updates", "peer_updates", "rounds",
+                 "peak_size"):
         if getattr(args, flag) < 1:
             raise ConfigError(f"--{flag.replace('_', '-')} is {getattr(args, flag)}; it must be at least 1.")
     if args.transitions < 10:
@@ -354,6 +388,10 @@ def main(argv=None) -> int:
         compile_s["rollout"] = timed(ours.refill)[0]
         results["rollout"] = measure(sides, {n: s.refill for n, s in sides.items()}, args.rounds)
     load_after = os.getloadavg()
+    flops = ours.flops()
+    from throughput import matmul_peak_flops
+
+    peak = matmul_peak_flops(args.peak_size)
 
     units = {"dynamics": "grad steps/s", "mopo": "updates/s", "rollout": "transitions/s"}
     what = {"dynamics": f"(a) dynamics training, 7 x 4 x 200, {args.batch_size} rows/member/step",
@@ -364,9 +402,16 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} CPUs; setup {setup_s:.1f} s")
     print(f"load average (1/5/15 min) before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, "
           f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}")
+    print(f"float32 matmul peak ({args.peak_size} x {args.peak_size}, jitted, measured after the rounds): "
+          f"{peak / 1e9:.1f} GFLOP/s; XLA's count: {flops['dynamics'] / 1e9:.3f} GFLOP per model step, "
+          f"{flops['mopo'] / 1e9:.3f} GFLOP per SAC update")
     rows = []
     for section, res in results.items():
         print(f"\n{what[section]}  (offrl compile + untimed first call(s) {compile_s[section]:.1f} s)")
+        if section in flops:
+            achieved = flops[section] * res["offrl"]["rate"]
+            print(f"  offrl: {achieved / 1e9:.1f} GFLOP/s = {achieved / peak:.0%} of the matmul peak; "
+                  f"3x the best peer would need {3 * flops[section] * max(r['rate'] for n, r in res.items() if n != 'offrl') / peak:.0%}")
         print(f"  {'side':<16} {units[section]:>14} {'cpu s/round':>12} {'per round':>10} {'offrl ratio':>12}")
         for name, r in res.items():
             ratio = res["offrl"]["rate"] / r["rate"]
@@ -380,6 +425,7 @@ def main(argv=None) -> int:
                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_before": load_before,
                   "load_after": load_after, "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                   "settings": {k: v for k, v in vars(args).items() if k != "json"}, "compile_s": compile_s,
+                  "matmul_peak_flops": peak, "offrl_flops": flops,
                   "sections": results, "ratios": rows}
         Path(args.json).write_text(json.dumps(record, indent=2))
     return 0
