@@ -200,3 +200,21 @@ def test_benchmark_refuses_a_bad_flag():
         module.main(["--sections", "dynamics,planning"])
     with pytest.raises(ConfigError, match="--kit"):
         module.main(["--kit", str(ROOT / "no-such-folder")])
+
+
+@pytest.mark.slow
+def test_benchmark_quick_run_writes_every_section(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("model_based_speed", ROOT / "benchmarks" / "model_based_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "speed.json"
+    assert module.main(["--quick", "--torch-threads", "1", "--json", str(out)]) == 0
+    import json
+
+    record = json.loads(out.read_text())
+    assert set(record["sections"]) == {"dynamics", "mopo", "rollout"}
+    for row in record["ratios"]:
+        assert row["peer_rate"] > 0 and row["ratio"] == pytest.approx(row["offrl_rate"] / row["peer_rate"])
+    assert record["sections"]["rollout"]["offrl"]["units_per_round"] == 1000 * 5  # every row lives the horizon
+    assert record["sections"]["rollout"]["torch reference"]["units_per_round"] == 1000 * 5
