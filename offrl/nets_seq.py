@@ -31,6 +31,7 @@ custom VJP only orders the weight-gradient product so that XLA's CPU backend tra
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -102,11 +103,13 @@ class Dense(nn.Module):
     product order differs (:func:`_matmul_bwd`)."""
 
     features: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
+    bias_init: Callable = nn.initializers.zeros_init()
 
     @nn.compact
     def __call__(self, x):
-        kernel = self.param("kernel", nn.initializers.lecun_normal(), (x.shape[-1], self.features))
-        bias = self.param("bias", nn.initializers.zeros_init(), (self.features,))
+        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features))
+        bias = self.param("bias", self.bias_init, (self.features,))
         return _matmul(x, kernel) + bias
 
 
