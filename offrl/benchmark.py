@@ -47,10 +47,22 @@ from offrl.errors import ConfigError
 #: short names for the D4RL locomotion environments (and Pendulum) -> Gymnasium ids.
 ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5", "pendulum": "Pendulum-v1"}
 #: ``--budget`` profiles: updates per cell, evaluation interval, episodes per evaluation.
-BUDGETS = {"cpu": {"steps": 30_000, "eval_every": 5_000, "eval_episodes": 10},
+#: ``steps`` is every algorithm's budget unless ``algos`` gives it its own ``steps`` and config
+#: settings (``set``, applied under the user's ``--set``). The ``cpu`` budget is sized so that the
+#: whole table (Hopper, HalfCheetah and Walker2d x medium, medium-replay, medium-expert x BC, BCQ,
+#: CQL, IQL, TD3+BC, AWAC, 3 seeds vmapped) projects to about 6 hours of the 2-core CPU it was
+#: measured on: 3-seed update rates on HalfCheetah-shaped data (other jobs paused, 2026-12-02) were
+#: BC 432/s, TD3+BC 122/s, IQL 120/s, AWAC (2 x 256 actor) 31/s, CQL at 2 x 128 26/s (2 x 256: 9/s),
+#: BCQ at 2 x 128 with a 2 x 256 VAE 99/s, so the updates alone are about 10, 37, 38, 98, 117 and 30
+#: minutes for the 9 cells of each, before evaluation. CQL runs without its 40k-step BC warm-up
+#: (at 20k updates the warm-up would leave it a BC policy; d3rlpy's CQL has none either).
+BUDGETS = {"cpu": {"steps": 30_000, "eval_every": 5_000, "eval_episodes": 10,
+                   "algos": {"awac": {"steps": 20_000, "set": {"actor_hidden_dims": "256,256"}},
+                             "cql": {"steps": 20_000, "set": {"hidden_dims": "128,128", "bc_warmup_steps": "0"}},
+                             "bcq": {"steps": 20_000, "set": {"hidden_dims": "128,128", "vae_hidden_dims": "256,256"}}}},
            "full": {"steps": 1_000_000, "eval_every": 5_000, "eval_episodes": 10}}
 #: settings that define a cell: a folder holding cells made with other values is refused.
-CELL_SETTINGS = ("steps", "seeds", "seed", "eval_every", "eval_episodes", "dataset_pattern", "overrides")
+CELL_SETTINGS = ("steps", "algo_steps", "seeds", "seed", "eval_every", "eval_episodes", "dataset_pattern", "overrides")
 PEER_PYTHON_ENV = "OFFRL_PEER_PYTHON"
 
 
@@ -68,9 +80,13 @@ class BenchmarkSpec:
     overrides: dict = field(default_factory=dict)   # {algo: {field: value}}
     peer: str | None = None            # "d3rlpy": also run each cell with that library
     peer_python: str | None = None     # the Python that runs the peer's driver
+    algo_steps: dict = field(default_factory=dict)   # {algo: updates} where the budget gives its own
 
     def cells(self) -> list[tuple[str, str, str]]:
         return [(e, t, a) for e in self.envs for t in self.tiers for a in self.algos]
+
+    def steps_of(self, algo: str) -> int:
+        return int(self.algo_steps.get(algo, self.steps))
 
 
 # ---------------------------------------------------------------------- checking the request
@@ -120,18 +136,22 @@ def make_spec(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval
         except ConfigError:
             raise ConfigError(f"--algos: unknown algorithm '{algo}'; choose from {', '.join(ALGORITHMS)}.") from None
         names.append(algorithm_spec(module).name)
+    budget_algos = profile.get("algos", {})
+    algo_steps = {} if steps is not None else {a: int(budget_algos[a]["steps"]) for a in names
+                                               if "steps" in budget_algos.get(a, {})}
     steps = int(profile["steps"] if steps is None else steps)
     eval_every = int(profile["eval_every"] if eval_every is None else eval_every)
     eval_episodes = int(profile["eval_episodes"] if eval_episodes is None else eval_episodes)
     RunSettings(steps=steps, seeds=seeds, seed=seed, eval_every=eval_every, eval_episodes=eval_episodes)  # the ranges
     if eval_episodes < 1:
         raise ConfigError(f"--eval-episodes is {eval_episodes}; a benchmark cell is scored by its evaluations, so pass at least 1.")
-    if steps < eval_every:
+    if min([steps, *algo_steps.values()]) < eval_every:
+        steps = min([steps, *algo_steps.values()])
         raise ConfigError(f"--steps {steps} is smaller than the evaluation interval --eval-every {eval_every}, so no cell "
                           f"would be evaluated; raise --steps or lower --eval-every.")
     if "{env}" not in dataset_pattern or "{tier}" not in dataset_pattern:
         raise ConfigError(f"--dataset-pattern '{dataset_pattern}' must contain {{env}} and {{tier}}, e.g. {{env}}-{{tier}}-v0.")
-    per_algo: dict[str, dict] = {}
+    per_algo: dict[str, dict] = {a: dict(budget_algos[a]["set"]) for a in names if budget_algos.get(a, {}).get("set")}
     for key, value in (overrides or {}).items():
         algo, _, name = str(key).partition(".")
         if not name:
@@ -144,7 +164,7 @@ def make_spec(envs, tiers, algos, seeds: int = 3, steps: int | None = None, eval
         apply_overrides(get_algorithm(algo).Config(), values)   # range-checked before anything runs
     peer, peer_python = _check_peer(peer, peer_python, names)
     return BenchmarkSpec(envs, tiers, tuple(names), int(seeds), int(seed), steps, eval_every, eval_episodes,
-                         dataset_pattern, per_algo, peer, peer_python)
+                         dataset_pattern, per_algo, peer, peer_python, algo_steps)
 
 
 def _check_peer(peer: str | None, peer_python: str | None, algos) -> tuple[str | None, str | None]:
@@ -185,9 +205,13 @@ def _claim_folder(out: Path, spec: BenchmarkSpec) -> None:
     if path.exists():
         previous = json.loads(path.read_text())
         for key in CELL_SETTINGS:
-            if previous.get(key) != _spec_record(spec)[key]:
+            # folders written before per-algorithm budgets existed ran every algorithm for `steps`
+            was = previous.get(key, {}) if key == "algo_steps" else previous.get(key)
+            if was != _spec_record(spec)[key]:
                 flag = "--set" if key == "overrides" else f"--{key.replace('_', '-')}"
-                raise ConfigError(f"{out} holds a benchmark made with {flag} {previous.get(key)!r}, not {_spec_record(spec)[key]!r}; "
+                if key == "algo_steps":
+                    flag = "--budget's per-algorithm steps"
+                raise ConfigError(f"{out} holds a benchmark made with {flag} {was!r}, not {_spec_record(spec)[key]!r}; "
                                   f"its finished cells are kept: pass the same settings to resume it, or choose another --out.")
         record = {**previous, **{k: sorted(set(previous[k]) | set(_spec_record(spec)[k])) for k in ("envs", "tiers", "algos")}}
         record["peer"] = spec.peer or previous.get("peer")
@@ -252,15 +276,17 @@ def run_cell(spec: BenchmarkSpec, env: str, tier: str, algo: str, dataset: str, 
         previous_wall = float(json.loads((folder / "wall.json").read_text())["seconds"])
     t0 = time.perf_counter()
     try:
-        run = train(algo, dataset, steps=spec.steps, seeds=spec.seeds, seed=spec.seed, eval_every=spec.eval_every,
+        run = train(algo, dataset, steps=spec.steps_of(algo), seeds=spec.seeds, seed=spec.seed, eval_every=spec.eval_every,
                     eval_episodes=spec.eval_episodes, out=folder, env=ENV_IDS.get(env), resume=resume,
                     log_every=min(1000, spec.eval_every), config_overrides=spec.overrides.get(algo), progress=progress)
     finally:
         if folder.exists():
             (folder / "wall.json").write_text(json.dumps({"seconds": previous_wall + time.perf_counter() - t0}))
     wall = previous_wall + time.perf_counter() - t0
-    cell = {"env": env, "tier": tier, "algo": algo, "dataset": dataset, "seeds": spec.seeds, "steps": spec.steps,
-            **summarise_cell(run), "wall_s": wall, "updates_per_s": spec.seeds * spec.steps / max(wall, 1e-9)}
+    steps = spec.steps_of(algo)
+    cell = {"env": env, "tier": tier, "algo": algo, "dataset": dataset, "seeds": spec.seeds, "steps": steps,
+            "settings": dict(spec.overrides.get(algo, {})),
+            **summarise_cell(run), "wall_s": wall, "updates_per_s": spec.seeds * steps / max(wall, 1e-9)}
     done.write_text(json.dumps(cell, indent=2))
     return cell
 
@@ -306,7 +332,7 @@ def peer_request(spec: BenchmarkSpec, env: str, tier: str, algo: str, dataset: s
         raise ConfigError(f"--peer {spec.peer}: no reference returns for {env_id}, so the two scores cannot be compared; "
                           f"add ref_min_score/ref_max_score to the dataset's metadata.")
     return {"algo": algo, "config": record["config"], "reward_multiplier": float(record["data"].get("reward_scale", 1.0)),
-            "dataset_path": str(Path(resolve(dataset)).absolute()), "env_id": env_id, "steps": spec.steps,
+            "dataset_path": str(Path(resolve(dataset)).absolute()), "env_id": env_id, "steps": spec.steps_of(algo),
             "seeds": spec.seeds, "seed": spec.seed, "eval_every": spec.eval_every, "eval_episodes": spec.eval_episodes,
             "references": [float(refs[0]), float(refs[1])]}
 
@@ -369,8 +395,17 @@ def results_markdown(cells: Sequence[dict]) -> str:
     metric = "normalized score" if all(c.get("metric") == "eval/normalized_score" for c in cells) else "normalized score (raw return where references are unknown)"
     steps = sorted({c["steps"] for c in cells})
     seeds = sorted({c["seeds"] for c in cells})
+    if len(steps) == 1:
+        after = f"after {steps[0]:,} updates"
+    else:
+        per = {a: sorted({c["steps"] for c in cells if c["algo"] == a}) for a in algos}
+        after = "after " + ", ".join(f"{'/'.join(f'{s:,}' for s in v)} updates ({a.upper()})" for a, v in per.items())
     lines = [f"# offrl benchmark", "",
-             f"{metric.capitalize()}, mean ± std over {', '.join(map(str, seeds))} seeds, after {', '.join(f'{s:,}' for s in steps)} updates.", ""]
+             f"{metric.capitalize()}, mean ± std over {', '.join(map(str, seeds))} seeds, {after}.", ""]
+    settings = {a: next((c.get("settings") for c in cells if c["algo"] == a and c.get("settings")), None) for a in algos}
+    if any(settings.values()):
+        lines += ["Settings other than each algorithm's defaults: " + "; ".join(
+            f"{a.upper()} " + ", ".join(f"{k}={v}" for k, v in sorted(v.items())) for a, v in settings.items() if v) + ".", ""]
     for title, prefix in (("Last evaluation", "last"), ("Best evaluation (the step with the highest mean; optimistic)", "best")):
         lines += [f"## {title}", "", "| dataset | " + " | ".join(a.upper() for a in algos) + " |",
                   "|---|" + "---|" * len(algos)]

@@ -7,6 +7,7 @@ import pytest
 
 from offrl.benchmark import results_markdown, run_benchmark
 from offrl.cli import main
+from offrl.errors import ConfigError
 
 TINY = dict(envs="pendulum", tiers="medium,expert", algos="bc", seeds=2, steps=200, eval_every=100, eval_episodes=1,
             overrides={"bc.hidden_dims": "32,32"}, progress=False, log=lambda s: None)
@@ -166,3 +167,43 @@ def test_bad_peer_requests_are_one_line_exit_2(tmp_path, capsys, monkeypatch, ar
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.count("\n") == 0 and needle in err, err
     assert not out.exists()
+
+
+def test_cpu_budget_gives_each_algorithm_its_own_updates_and_settings():
+    """--budget cpu: CQL, BCQ and AWAC get their own update counts and narrower networks (CQL
+    without its BC warm-up), the rest the budget's 30k; an explicit --steps applies to all, and
+    a user's --set wins over the budget's setting of the same field."""
+    from offrl.benchmark import BUDGETS, make_spec
+
+    spec = make_spec("pendulum", "medium", "bc,cql,bcq,awac,iql")
+    assert spec.steps == 30_000 and spec.steps_of("bc") == spec.steps_of("iql") == 30_000
+    assert spec.steps_of("cql") == spec.steps_of("bcq") == spec.steps_of("awac") == 20_000
+    assert spec.overrides["cql"] == {"hidden_dims": "128,128", "bc_warmup_steps": "0"}
+    assert "bc" not in spec.overrides and BUDGETS["cpu"]["algos"]["bcq"]["set"]["vae_hidden_dims"] == "256,256"
+    fixed = make_spec("pendulum", "medium", "bc,cql", steps=1000, eval_every=500)
+    assert fixed.steps_of("cql") == fixed.steps_of("bc") == 1000 and fixed.algo_steps == {}
+    mine = make_spec("pendulum", "medium", "cql", overrides={"cql.hidden_dims": "64,64"})
+    assert mine.overrides["cql"] == {"hidden_dims": "64,64", "bc_warmup_steps": "0"}
+
+
+def test_markdown_header_states_per_algorithm_updates_and_settings():
+    cells = [{"env": "hopper", "tier": "medium", "algo": a, "seeds": 3, "steps": n, "metric": "eval/normalized_score",
+              "last_mean": 50.0, "last_std": 1.0, "best_mean": 55.0, "best_std": 1.0, "wall_s": 10.0, "settings": s}
+             for a, n, s in (("bc", 30_000, {}), ("cql", 20_000, {"hidden_dims": "128,128", "bc_warmup_steps": "0"}))]
+    text = results_markdown(cells)
+    assert "after 30,000 updates (BC), 20,000 updates (CQL)." in text
+    assert "Settings other than each algorithm's defaults: CQL bc_warmup_steps=0, hidden_dims=128,128." in text
+
+
+def test_a_folder_from_before_per_algorithm_budgets_resumes_with_the_same_steps(tmp_path):
+    """benchmark.json files written before `algo_steps` existed mean every algorithm ran `steps`:
+    the same explicit --steps resumes them."""
+    from offrl.benchmark import _claim_folder, _spec_record, make_spec
+
+    spec = make_spec("pendulum", "medium", "bc,cql", steps=30_000)
+    record = _spec_record(spec)
+    del record["algo_steps"]
+    (tmp_path / "benchmark.json").write_text(json.dumps(record))
+    _claim_folder(tmp_path, spec)   # no error
+    with pytest.raises(ConfigError, match="per-algorithm steps"):
+        _claim_folder(tmp_path, make_spec("pendulum", "medium", "bc,cql"))

@@ -39,8 +39,11 @@ def register(subparsers) -> None:
     p.add_argument("--tiers", default="medium,medium-replay,medium-expert",
                    help=f"comma-separated tiers of {', '.join(TIERS)} (default medium,medium-replay,medium-expert)")
     p.add_argument("--algos", default="bc,td3_bc,iql,cql", help="comma-separated algorithms (default bc,td3_bc,iql,cql)")
-    p.add_argument("--budget", default="cpu", help="; ".join(f"{name}: {b['steps']} updates, eval every {b['eval_every']}"
-                                                            for name, b in BUDGETS.items()) + " (default cpu; full is the papers', for a GPU)")
+    p.add_argument("--budget", default="cpu", help="; ".join(
+        f"{name}: {b['steps']} updates" + "".join(f", {a} {v['steps']} with {', '.join(f'{k}={x}' for k, x in v.get('set', {}).items())}"
+                                                  for a, v in b.get("algos", {}).items()) + f", eval every {b['eval_every']}"
+        for name, b in BUDGETS.items()) + " (default cpu, sized for about 6 hours of a 2-core CPU for the 54-cell MuJoCo table; "
+                                          "full is the papers', for a GPU)")
     add_flags(p, RunSettings, prefix="run", only=BENCHMARK_SETTINGS, defaults=benchmark_defaults(),
               shown={"steps": "the budget's", "eval_every": "the budget's", "eval_episodes": "the budget's"})
     p.add_argument("--quiet", dest="run__progress", action="store_false", help=argparse.SUPPRESS)  # old name of --no-progress
