@@ -33,9 +33,9 @@ estimate ``J_ps`` and chunk-mean loss ``L_ps``, given the data's value range ``[
 (:func:`value_bounds`, where every policy's value lies), a ``margin`` and a ``loss_growth`` factor.
 Policy ``p`` diverges at the first chunk ``T`` at which, for some seed ``s``,
 
-* its estimate left the range by more than ``margin`` of its width:
-  ``J_ps < lo - margin * d`` or ``J_ps > hi + margin * d``, ``d = max(hi - lo, c)`` (``c`` the
-  return scale; a non-finite estimate counts), or
+* its estimate stayed outside the range by more than ``margin`` of its width for a whole window,
+  ``J_ps < lo - margin * d`` or ``J_ps > hi + margin * d`` at each of chunks ``T-w+1..T``
+  (``d = max(hi - lo, c)``, ``c`` the return scale; a non-finite estimate counts), or
 * its loss grew: ``mean(L_ps over chunks T-w+1..T) > loss_growth * min_j mean(L_ps over chunks j-w+1..j)``
   over the earlier windows ``j <= T - w`` (judged from ``T >= 2 w`` chunks; a non-finite loss counts).
 
@@ -43,9 +43,11 @@ A converging fit's loss falls and levels off while a diverging one's grows geome
 15 Hopper candidates of the DOPE run the window loss of the 14 that did not diverge never rose above
 2.2x its earlier minimum in 60k steps, while the diverging one passed 4x within two chunks of
 passing 3x (defaults: ``margin = 0.1``, ``loss_growth = 4``; the margin only keeps noise at a bound
-from counting, since a diverging estimate grows without bound). All seeds of a diverged policy are
-then rolled back to the last chunk at which it passed both tests (its initialisation if none) and
-stay there; the stopping rule is applied to the other policies only, and the curve records
+from counting, since a diverging estimate grows without bound). The estimate must stay out for a
+window because a critic still far from its fit swings: in the same run one candidate read -70 (the
+range was [0, 621]) at 2000 steps and 82 at 3000. All seeds of a diverged policy are then rolled
+back to the last chunk at which every seed's estimate was inside the range and the loss test passed
+(its initialisation if none) and stay there; the stopping rule is applied to the other policies only, and the curve records
 ``diverged_at`` (the chunk's step), ``frozen_at`` and the reason.
 
 * Continuous: ``pi(.|s')`` is the Gaussian ``N(mu(s'), sigma(s')^2)`` truncated to the action
@@ -372,21 +374,27 @@ def has_flattened(estimates, losses, window: int, tolerance: float, loss_toleran
 
 
 def diverged(estimates, losses, window: int, bounds: tuple[float, float] | None, margin: float = 0.1,
-             loss_growth: float | None = 4.0, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+             loss_growth: float | None = 4.0, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The divergence rule of the module docstring at the last of ``T`` chunks: ``estimates`` and
     ``losses`` are ``(T, P, S)`` (or ``(T, P)``, one seed) per-chunk rows of each seed's estimate
-    and loss; returns ``(by_estimate, by_loss)``, boolean ``(P,)`` each. ``bounds=None`` or
+    and loss; returns ``(by_estimate, by_loss, inside)``, boolean ``(P,)`` each: diverged by the
+    estimate test (some seed outside ``[lo - margin d, hi + margin d]`` in each of the last ``window``
+    chunks), by the loss test, and every seed's estimate inside that range now. ``bounds=None`` or
     ``loss_growth=None`` turns that test off; ``scale`` is ``c`` (the width's floor)."""
     est = np.asarray(estimates, np.float64)
     loss = np.asarray(losses, np.float64)
     est = est[..., None] if est.ndim == 2 else est
     loss = loss[..., None] if loss.ndim == 2 else loss
     by_estimate = np.zeros(est.shape[1], bool)
+    inside = np.ones(est.shape[1], bool)
     if bounds is not None:
         lo, hi = bounds
         slack = margin * max(hi - lo, scale)
-        now = est[-1]
-        by_estimate = np.any(~((now >= lo - slack) & (now <= hi + slack)), axis=-1)      # NaN counts
+        recent = est[-max(window, 1):]
+        outside = ~((recent >= lo - slack) & (recent <= hi + slack))                      # NaN counts as outside
+        inside = ~outside[-1].any(-1)
+        if len(est) >= window:
+            by_estimate = np.any(outside.all(0), axis=-1)
     by_loss = np.zeros(loss.shape[1], bool)
     if loss_growth is not None:
         by_loss = np.any(~np.isfinite(loss[-1]), axis=-1)
@@ -395,7 +403,26 @@ def diverged(estimates, losses, window: int, bounds: tuple[float, float] | None,
             means = (total[window:] - total[:-window]) / window          # means[i]: chunks i..i+w-1
             recent, earlier = means[-1], means[:len(means) - window].min(0)
             by_loss |= np.any(~(recent <= loss_growth * earlier), axis=-1)
-    return by_estimate, by_loss
+    return np.asarray(by_estimate, bool), by_loss, inside & ~by_loss
+
+
+def judge_chunk(seed_estimates, seed_losses, active, window: int, tolerance: float, loss_tolerance: float, floor: float,
+                bounds: tuple[float, float] | None, margin: float, loss_growth: float | None,
+                scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """What :func:`train_until_flat` decides after a chunk, from the rows so far (``(T, P, S)`` each;
+    the rows of policies frozen earlier are NaN): ``(failed, by_estimate, inside, flat)``, where
+    ``failed`` (``(P,)``) marks the ``active`` policies that :func:`diverged` now, ``by_estimate`` says
+    which test did it, ``inside`` which policies passed both tests at this chunk (the chunks whose
+    parameters a rollback may return to), and ``flat`` is :func:`has_flattened` on the seed means of
+    the policies still active (False when none is)."""
+    by_estimate, by_loss, inside = diverged(seed_estimates, seed_losses, window, bounds, margin, loss_growth, scale)
+    failed = active & (by_estimate | by_loss)
+    still = active & ~failed
+    if not still.any():
+        return failed, by_estimate, inside, False
+    est = np.asarray(seed_estimates, np.float64)[:, still].mean(-1)
+    loss = np.asarray(seed_losses, np.float64)[:, still].mean(-1)
+    return failed, by_estimate, inside, has_flattened(est, loss, window, tolerance, loss_tolerance, floor)
 
 
 @jax.jit
@@ -433,11 +460,12 @@ def train_until_flat(agents: FQEAgent, data: FQEData, probe, max_steps: int, win
         frozen = ~active[:, None]                  # frozen before this chunk: nothing of theirs is recorded
         seed_estimates.append(np.where(frozen, np.nan, value))
         seed_losses.append(np.where(frozen, np.nan, loss))
-        by_estimate, by_loss = diverged(seed_estimates, seed_losses, window, bounds, margin, loss_growth, float(data.value_scale))
-        failed = active & (by_estimate | by_loss)
+        failed, by_estimate, inside, converged = judge_chunk(seed_estimates, seed_losses, active, window, tolerance,
+                                                             loss_tolerance, floor, bounds, margin, loss_growth,
+                                                             float(data.value_scale))
         for p in np.flatnonzero(failed):
             diverged_at[p], reasons[p] = done, "estimate" if by_estimate[p] else "loss"
-        passed = active & ~failed
+        passed = active & ~failed & inside
         good = _where_policies(jnp.asarray(passed), agents, good)
         good_step[passed] = done
         active &= ~failed
@@ -447,10 +475,6 @@ def train_until_flat(agents: FQEAgent, data: FQEData, probe, max_steps: int, win
         estimates.append(np.where(active | failed, value.mean(-1), np.nan))
         losses.append(np.where(active | failed, loss.mean(-1), np.nan))
         seconds.append(time.perf_counter() - t0)
-        if active.any():
-            columns = np.flatnonzero(active)
-            converged = has_flattened(np.asarray(estimates)[:, columns], np.asarray(losses)[:, columns], window, tolerance,
-                                      loss_tolerance, floor)
         if progress is not None:
             progress(done)
     metrics = jax.tree_util.tree_map(lambda m: np.where(active.reshape((-1,) + (1,) * (np.ndim(m) - 1)), np.asarray(m), np.nan), metrics)

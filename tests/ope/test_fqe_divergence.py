@@ -34,16 +34,23 @@ GAMMA, HORIZON = 0.8, 30
 
 # ---------------------------------------------------------------------- the rule by hand
 def test_divergence_by_estimate_by_hand():
-    # bounds [0, 100], margin 0.1: the slack is 10, so estimates in [-10, 110] pass
+    # bounds [0, 100], margin 0.1: the slack is 10, so estimates in [-10, 110] pass; window 1: the last chunk decides
     est_rows = np.array([[[50.0, 50.0], [109.9, 50.0], [50.0, -10.5], [np.nan, 50.0], [110.1, 110.1]]])   # (T=1, P=5, S=2)
     losses = np.ones((1, 5, 2))
-    by_estimate, by_loss = fqe.diverged(est_rows, losses, 2, (0.0, 100.0), margin=0.1, loss_growth=4.0)
+    by_estimate, by_loss, inside = fqe.diverged(est_rows, losses, 1, (0.0, 100.0), margin=0.1, loss_growth=4.0)
     assert by_estimate.tolist() == [False, False, True, True, True]         # any seed out (or NaN) counts
+    assert inside.tolist() == [True, True, False, False, False]
     assert by_loss.tolist() == [False] * 5                                   # too few chunks to judge a loss
+    # window 2: out of the range in both of the last 2 chunks, not once (a critic far from its fit swings)
+    rows = np.array([[200.0, 50.0, 200.0, 50.0],
+                     [200.0, 200.0, 50.0, 50.0]])[..., None]                 # (T=2, P=4, S=1)
+    by_estimate, _, inside = fqe.diverged(rows, np.ones((2, 4)), 2, (0.0, 100.0), 0.1, None)
+    assert by_estimate.tolist() == [True, False, False, False] and inside.tolist() == [False, False, True, True]
+    assert not fqe.diverged(rows[:1], np.ones((1, 4)), 2, (0.0, 100.0), 0.1, None)[0].any()     # one chunk: not yet
     # no bounds: the estimate test is off; one seed of one policy (T, P) works too
-    assert not fqe.diverged(np.array([[1e9]]), np.ones((1, 1)), 2, None)[0].any()
+    assert not fqe.diverged(np.array([[1e9]]), np.ones((1, 1)), 1, None)[0].any()
     # the width's floor: bounds [0, 0] (all rewards 0) with return scale 1 leave a slack of 0.1
-    assert fqe.diverged(np.array([[0.05, 0.2]]), np.ones((1, 2)), 2, (0.0, 0.0), 0.1, None, scale=1.0)[0].tolist() == [False, True]
+    assert fqe.diverged(np.array([[0.05, 0.2]]), np.ones((1, 2)), 1, (0.0, 0.0), 0.1, None, scale=1.0)[0].tolist() == [False, True]
 
 
 def test_divergence_by_loss_by_hand():
@@ -54,8 +61,9 @@ def test_divergence_by_loss_by_hand():
                        [1.0, 1.0, 3.0, 5.0],        # means 1, 2, 4:     4 is not > 4 * 1, no
                        [1.0, 1.0, 4.0, 5.0],        # means 1, 2.5, 4.5: 4.5 > 4, yes
                        [1.0, 1.0, 1.0, np.inf]]).T  # a non-finite loss: yes
-    by_estimate, by_loss = fqe.diverged(est_rows, losses, w, (-1.0, 1.0), 0.1, growth)
+    by_estimate, by_loss, inside = fqe.diverged(est_rows, losses, w, (-1.0, 1.0), 0.1, growth)
     assert by_loss.tolist() == [False, False, True, True] and not by_estimate.any()
+    assert inside.tolist() == [True, True, False, False]                     # a failed loss test is no chunk to return to
     # the reference is the lowest earlier window, not the one just before: 4,1,1,2,3 has windows 2.5, 1, 1.5, 2.5
     series = np.array([4.0, 1.0, 1.0, 2.0, 3.0])[:, None]
     assert fqe.diverged(np.zeros((5, 1)), series, w, None, loss_growth=2.0)[1].tolist() == [True]      # 2.5 > 2 * 1
@@ -89,16 +97,17 @@ def test_a_diverged_candidate_is_rolled_back_to_its_last_passing_chunk_and_frees
     zeros = np.zeros((2, 64, 2), np.float32)
 
     def probe(agents):
-        # candidate 1's estimate is made to jump out of the bounds [-1, 1] from its 3rd chunk on
+        # candidate 1's estimate is made to jump out of the bounds [-1, 1] from its 3rd chunk on: with a
+        # window of 2 chunks it has diverged at the 4th and returns to the 2nd, its last chunk inside
         values = fqe.state_values(agents, data, obs[:64], zeros).mean(-1)           # (P, S)
         return values + np.array([[0.0], [1e6 if int(agents.step[1, 0]) >= 3 * chunk else 0.0]])
 
     agents, metrics, curve = fqe.train_until_flat(fqe.create(config, data), data, probe, max_steps=20 * chunk, window=2,
                                                   tolerance=0.05, loss_tolerance=0.5, chunk=chunk, bounds=(-1.0, 1.0))
     assert curve.diverged() == [1] and curve.reasons[1] == "estimate"
-    assert curve.diverged_at.tolist() == [0, 3 * chunk] and curve.frozen_at.tolist() == [0, 2 * chunk]
+    assert curve.diverged_at.tolist() == [0, 4 * chunk] and curve.frozen_at.tolist() == [0, 2 * chunk]
     assert curve.converged and curve.steps[-1] < 20 * chunk                          # candidate 0 flattened alone
-    assert np.isnan(curve.estimates[3:, 1]).all() and np.isfinite(curve.estimates[:, 0]).all()
+    assert curve.estimates[3, 1] > 1e5 and np.isnan(curve.estimates[4:, 1]).all() and np.isfinite(curve.estimates[:, 0]).all()
     assert np.isnan(metrics["fqe/loss"][1]).all() and np.isfinite(metrics["fqe/loss"][0]).all()
     # candidate 1 holds exactly the parameters it had after 2 chunks (the run is deterministic)
     reference, _ = fqe.train(fqe.create(config, data), data, num_steps=2 * chunk, chunk=chunk)
@@ -110,7 +119,7 @@ def test_a_diverged_candidate_is_rolled_back_to_its_last_passing_chunk_and_frees
                                            tolerance=0.05, loss_tolerance=0.5, chunk=chunk, bounds=None, loss_growth=None)
     assert unguarded.diverged() == []
     d = curve.to_dict()
-    assert d["diverged_at"] == [0, 3 * chunk] and d["estimates"][-1][1] is None
+    assert d["diverged_at"] == [0, 4 * chunk] and d["estimates"][-1][1] is None
     json.dumps(d, allow_nan=False)                                                   # strict JSON: NaN written as null
 
 
@@ -145,7 +154,8 @@ def test_a_candidate_acting_far_from_the_data_diverges_and_the_other_still_flatt
     report = guarded
     assert np.abs(linear_gaussian_dataset().actions).max() < 2.5
     d = report.diverged()
-    assert list(d) == ["far"] and d["far"]["step"] == 1000 and d["far"]["frozen_at"] == 0 and d["far"]["reason"] == "estimate"
+    # out of the range from the first chunk on: diverged once a whole window (2 chunks) has been out
+    assert list(d) == ["far"] and d["far"]["step"] == 2000 and d["far"]["frozen_at"] == 0 and d["far"]["reason"] == "estimate"
     assert report.fqe["converged"] and report.fqe["final_step"] < 10_000
     truth = infinite_value(KT, ST, GAMMA)                       # FQE's V(s_0) (it bootstraps at the timeouts)
     assert abs(report.results["target"]["fqe"].estimate - truth) < 0.05 * abs(truth), report.results["target"]["fqe"]
@@ -170,7 +180,7 @@ def test_select_never_chooses_the_diverged_candidate(guarded):
     assert report.results["far"]["fqe"].estimate > report.results["target"]["fqe"].estimate
     assert choose(report, "fqe") == "target" and choose(report, "dr") == "target"
     line = excluded_message(report, "fqe")
-    assert line.count("\n") == 0 and "far (FQE diverged at step 1000" in line and "frozen at step 0" in line
+    assert line.count("\n") == 0 and "far (FQE diverged at step 2000" in line and "frozen at step 0" in line
     assert near_tie(report, "fqe") is None                      # the diverged candidate is no runner-up either
 
 
