@@ -41,8 +41,8 @@ Policy ``p`` diverges at the first chunk ``T`` at which, for some seed ``s``,
 
 A converging fit's loss falls and levels off while a diverging one's grows geometrically: on the
 15 Hopper candidates of the DOPE run the window loss of the 14 that did not diverge never rose above
-2.2x its earlier minimum in 60k steps, while the diverging one passed 4x within two chunks of
-passing 3x (defaults: ``margin = 0.1``, ``loss_growth = 4``; the margin only keeps noise at a bound
+2.2x its earlier minimum in 60k steps, while the diverging one passed 3x at 43k steps and 4x at
+44k (defaults: ``margin = 0.1``, ``loss_growth = 4``; the margin only keeps noise at a bound
 from counting, since a diverging estimate grows without bound). The estimate must stay out for a
 window because a critic still far from its fit swings: in the same run one candidate read -70 (the
 range was [0, 621]) at 2000 steps and 82 at 3000. All seeds of a diverged policy are then rolled
