@@ -510,7 +510,7 @@ def run_dope(args) -> dict:
         import matplotlib.pyplot as plt
 
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        est = np.asarray(curve["estimates"])
+        est = np.asarray(curve["estimates"], dtype=float)            # a frozen candidate: None -> NaN
         for k, name in enumerate(report.policies):
             axes[0].plot(curve["steps"], est[:, k] / true[k], lw=0.8)
         axes[0].axhline(1.0, color="k", ls="--", lw=0.8)

@@ -185,8 +185,8 @@ def _print_report(report, truth, dataset, title):
         low, high = f["value_bounds"]
         rule = f["divergence_rule"]
         for name, d in diverged.items():
-            why = (f"a seed's start-state estimate left the data's value range [{low:.4g}, {high:.4g}] by more than "
-                   f"{rule['margin']:g} of its width" if d["reason"] == "estimate"
+            why = (f"a seed's start-state estimate stayed outside the data's value range [{low:.4g}, {high:.4g}], by more "
+                   f"than {rule['margin']:g} of its width, for a whole --fqe-window" if d["reason"] == "estimate"
                    else f"a seed's loss grew past {rule['loss_growth']:g}x its lowest earlier --fqe-window")
             notes.append(f"FQE diverged for {name} at step {d['step']} ({why}); its critics are frozen at step {d['frozen_at']} "
                          f"(estimate {d['estimate']:.4g}), so its fqe/dr/wdr rows are not to be used and select skips it.")

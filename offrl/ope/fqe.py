@@ -75,8 +75,10 @@ Example::
     agents = create(FQEConfig(), data, seeds=2)
     s0 = ds.observations[ds.episode_bounds()[0]]
     m0, sd0 = policy.distribution(s0)
-    probe = lambda agents: state_values(agents, data, s0, GaussianTarget(m0[None], sd0[None])).mean((1, 2))
-    agents, metrics, curve = train_until_flat(agents, data, probe, max_steps=50_000, window=3)
+    probe = lambda agents: state_values(agents, data, s0, GaussianTarget(m0[None], sd0[None])).mean(-1)   # (P, S)
+    bounds = value_bounds(ds.rewards, 0.99, int(ds.episode_lengths().max()))
+    agents, metrics, curve = train_until_flat(agents, data, probe, max_steps=50_000, window=3, bounds=bounds)
+    curve.diverged()                                                      # [] unless a policy ran away
     q = q_values(agents, data, ds.observations, ds.actions)               # (P, S, N)
 """
 
