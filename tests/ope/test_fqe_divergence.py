@@ -80,6 +80,24 @@ def test_seed_half_width_and_combined_interval_by_hand():
     assert low == pytest.approx(10.0 - 5.0) and high == pytest.approx(10.0 + math.sqrt(32.0))   # 3-4-5 and 4-4
 
 
+def test_judge_chunk_applies_the_stopping_rule_to_the_candidates_still_active():
+    # policy 0 flat at 100; policy 1 climbing 10% a chunk (inside the bounds [0, 1000])
+    est_rows = np.array([[100.0, 100.0, 100.0, 100.0], [50.0, 55.0, 60.5, 66.6]]).T[..., None]     # (T=4, P=2, S=1)
+    loss_rows = np.ones((4, 2, 1))
+    args = (2, 0.01, 0.1, 1e-3, (0.0, 1000.0), 0.1, 4.0, 1.0)
+    failed, by_estimate, inside, flat = fqe.judge_chunk(est_rows, loss_rows, np.array([True, True]), *args)
+    assert not failed.any() and inside.all() and not flat                  # policy 1 still moves
+    frozen = est_rows.copy()
+    frozen[:, 1] = np.nan                                                   # policy 1 frozen earlier: its rows are NaN
+    failed, _, _, flat = fqe.judge_chunk(frozen, np.where(np.isnan(frozen), np.nan, loss_rows), np.array([True, False]), *args)
+    assert not failed.any() and flat                                        # it no longer blocks policy 0
+    # policy 1 out of the bounds for the whole window now: it fails and the rest is judged without it
+    out = est_rows.copy()
+    out[-2:, 1] = 5000.0
+    failed, by_estimate, inside, flat = fqe.judge_chunk(out, loss_rows, np.array([True, True]), *args)
+    assert failed.tolist() == [False, True] and by_estimate.tolist() == [False, True] and inside.tolist() == [True, False] and flat
+
+
 # ---------------------------------------------------------------------- rollback in train_until_flat
 def one_step_problem(n=1024):
     """Terminal after every step with reward ``a_0``: ``V(s)`` at the action 0 is 0."""
