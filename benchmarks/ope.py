@@ -33,12 +33,22 @@ TD3+BC, IQL, CQL at several budgets), each evaluated at several target stds (the
 action with Gaussian action noise of that size), checked pairwise distinct on dataset
 observations; every estimator against rolled-out true values, with mean absolute error,
 Spearman and regret@1 (also as fractions of the set's value range) and 2.5-97.5% intervals over
-random subsets of two thirds of the policies; FQE trained until flat, its curve plotted.
+random subsets of two thirds of the policies; FQE trained until flat (``--fqe-seeds`` critics per
+policy), its curve plotted. A candidate whose FQE diverged (``offrl.ope.fqe.diverged``) keeps its
+frozen estimate; the metrics are given over all candidates and over the others, and regret@1 is
+that of ``offrl select``'s choice, which leaves diverged candidates out.
+
+``dope-replay``: the divergence rule and the stopping rule of ``train_until_flat`` applied, chunk by
+chunk, to the FQE curve recorded in a ``dope`` JSON (one seed): when each candidate would have been
+frozen, when the others would have stopped, and the DOPE metrics of the estimates at that step.
+This is what the guarded run would have produced: the candidates' critics are trained side by side
+but independently (``vmap``), so freezing one leaves the others' curves unchanged.
 
 Run::
 
     python benchmarks/ope.py curve --curve-steps 20000
     python benchmarks/ope.py dope --fqe-hidden 64,64
+    python benchmarks/ope.py dope-replay --from benchmarks/results/ope-dope-hopper-medium-20k-2026-12-01.json
     python benchmarks/ope.py speed --no-d3rlpy
     $D3RLPY_ENV/bin/python benchmarks/ope.py speed          # with d3rlpy (see benchmarks/README.md)
     python benchmarks/ope.py tiers --steps 1000,4000,10000 --algo-steps "cql=1000,2500" --fqe-steps 10000
@@ -443,7 +453,7 @@ def run_dope(args) -> dict:
     console.print(f"{len(policies)} candidates, pairwise distinct on {len(probe)} dataset observations")
     fqe = FQEConfig(hidden_dims=tuple(int(h) for h in args.fqe_hidden.split(",")))
     config = OPEConfig(discount=args.discount, fqe_steps=args.fqe_steps, num_bootstrap=args.bootstrap, fqe=fqe,
-                       estimators=tuple(args.estimators.split(",")))
+                       estimators=tuple(args.estimators.split(",")), fqe_seeds=args.fqe_seeds)
     t0 = time.perf_counter()
     report = evaluate_policies(policies, dataset, config, progress=lambda text: console.print(f"  {text}") if "of at most" not in text or text.split()[1].endswith("000") and int(text.split()[1]) % 5000 == 0 else None)
     ope_s = time.perf_counter() - t0
@@ -452,18 +462,32 @@ def run_dope(args) -> dict:
     truth = true_values(policies, args.env, args.episodes, args.discount)
     rollout_s = time.perf_counter() - t1
     true = np.array([truth[p]["value"] for p in report.policies])
+    diverged = report.diverged()
+    kept = np.array([p not in diverged for p in report.policies])
+    for name, d in diverged.items():
+        console.print(f"FQE diverged for {name} at step {d['step']} ({d['reason']}); frozen at step {d['frozen_at']}, "
+                      f"estimate {d['estimate']:.1f} (true {truth[name]['value']:.1f})")
     size = max(3, int(round(args.subset_fraction * len(policies))))
     table = Table(title=f"{len(policies)} candidates on {args.dataset} (gamma {args.discount}, {args.episodes} rollouts each; value range "
                         f"{true.min():.1f}..{true.max():.1f}); intervals: 2.5-97.5% over {args.subsets} random subsets of {size}")
     for col in ("estimator", "MAE", "MAE / range", "Spearman", "regret@1", "regret@1 / range"):
         table.add_column(col, justify="left" if col == "estimator" else "right")
     scores = {}
+    from offrl.ope.select import choose
+
     for name in config.estimators:
         est = report.estimates(name)
         m, ci = dope_metrics(est, true), subset_intervals(est, true, size, args.subsets, seed=args.seed)
+        chosen = report.policies.index(choose(report, name))
+        m["select_regret@1"] = float(true.max() - true[chosen])
         scores[name] = {"point": m, "interval": ci}
         cell = lambda k, d=2: f"{m[k]:.{d}f} [{ci[k][0]:.{d}f}, {ci[k][1]:.{d}f}]"  # noqa: E731
         table.add_row(name, cell("mae", 1), cell("mae/range"), cell("spearman"), cell("regret@1", 1), cell("regret@1/range"))
+        if diverged and name in ("fqe", "dr", "wdr") and kept.sum() >= 3:
+            k = dope_metrics(est[kept], true[kept])
+            scores[name]["without_diverged"] = k
+            table.add_row(f"{name} (without the {len(diverged)} diverged)", f"{k['mae']:.1f}", f"{k['mae/range']:.2f}",
+                          f"{k['spearman']:.2f}", f"{m['select_regret@1']:.1f} (select)", f"{m['select_regret@1'] / (true.max() - true.min()):.2f}")
     console.print(table)
     values = Table(title="candidates: true discounted value (+- s.e.) and estimates")
     shown = [e for e in ("fqe", "dr", "wdr", "wpdis") if e in config.estimators]
@@ -486,7 +510,7 @@ def run_dope(args) -> dict:
         import matplotlib.pyplot as plt
 
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        est = np.asarray(curve["estimates"])
+        est = np.asarray(curve["estimates"], dtype=float)            # a frozen candidate: None -> NaN
         for k, name in enumerate(report.policies):
             axes[0].plot(curve["steps"], est[:, k] / true[k], lw=0.8)
         axes[0].axhline(1.0, color="k", ls="--", lw=0.8)
@@ -501,9 +525,73 @@ def run_dope(args) -> dict:
         fig.savefig(out / f"ope-dope-{args.tag}.png", dpi=110)
     except ImportError:
         pass
-    return {"dataset": args.dataset, "env": args.env, "candidates": report.policies, "truth": truth, "metrics": scores,
+    return {"dataset": args.dataset, "env": args.env, "candidates": report.policies, "truth": truth, "metrics": scores, "diverged": diverged,
             "subset_size": size, "subsets": args.subsets, "fqe_curve": curve, "fqe_config": report.config["fqe"],
             "rows": report.table(), "ope_seconds": ope_s, "rollout_seconds": rollout_s}
+
+
+def run_replay(args) -> dict:
+    """``dope-replay``: see the module docstring."""
+    from offrl.data import load
+    from offrl.ope.config import OPEConfig
+    from offrl.ope.fqe import judge_chunk, return_scale, value_bounds
+    from offrl.ope.metrics import dope_metrics
+
+    record = json.loads(Path(args.source).read_text())
+    curve = record["fqe_curve"]
+    names, steps = curve["policies"], np.asarray(curve["steps"])
+    estimates = np.asarray(curve["estimates"], np.float64)[..., None]          # (T, P, 1): the run had one seed
+    losses = np.asarray(curve["losses"], np.float64)[..., None]
+    true = np.array([record["truth"][n]["value"] for n in names])
+    dataset = load(record["dataset"])
+    defaults = OPEConfig()
+    horizon = int(np.max(dataset.episode_lengths()))
+    bounds = value_bounds(dataset.rewards, args.discount, horizon)
+    scale = return_scale(dataset.rewards, args.discount, horizon)
+    window = defaults.fqe_window // 1000
+    margin = defaults.fqe_divergence_margin if args.margin is None else args.margin
+    growth = defaults.fqe_loss_growth if args.loss_growth is None else args.loss_growth
+    active = np.ones(len(names), bool)
+    last_inside = np.zeros(len(names), np.int64)
+    diverged_at, frozen_at, reason = {}, {}, {}
+    stop, flat = len(steps) - 1, False
+    for t in range(len(steps)):
+        rows_e = np.where(active[None, :, None], estimates[:t + 1], np.nan)
+        rows_l = np.where(active[None, :, None], losses[:t + 1], np.nan)
+        rows_e[-1], rows_l[-1] = np.where(active[:, None], estimates[t], np.nan), np.where(active[:, None], losses[t], np.nan)
+        failed, by_estimate, inside, flat = judge_chunk(rows_e, rows_l, active, window, defaults.fqe_tolerance,
+                                                        defaults.fqe_loss_tolerance, 1e-3 * scale, bounds, margin, growth, scale)
+        for p in np.flatnonzero(failed):
+            diverged_at[names[p]], reason[names[p]] = int(steps[t]), "estimate" if by_estimate[p] else "loss"
+            frozen_at[names[p]] = last_inside[p]
+        last_inside = np.where(active & ~failed & inside, int(steps[t]), last_inside)
+        active &= ~failed
+        if flat or not active.any():
+            stop = t
+            break
+    index = {int(s): i for i, s in enumerate(steps)}
+    final = np.array([estimates[index[frozen_at[n]], p, 0] if n in frozen_at and frozen_at[n] else
+                      (np.nan if n in frozen_at else estimates[stop, p, 0]) for p, n in enumerate(names)])
+    kept = np.array([n not in diverged_at for n in names])
+    rows = {"at the stop, all": dope_metrics(final, true), "at the stop, without the diverged": dope_metrics(final[kept], true[kept])}
+    capped = estimates[-1, :, 0]
+    rows["unguarded, at the cap (as recorded)"] = dope_metrics(capped, true)
+    chosen = int(np.argmax(np.where(kept, final, -np.inf)))
+    select_regret = float(true.max() - true[chosen])
+    print(f"replay of {args.source}: value bounds [{bounds[0]:.1f}, {bounds[1]:.1f}], margin {margin:g}, loss growth {growth:g}, "
+          f"window {window} chunks")
+    for n in diverged_at:
+        frozen = estimates[index[frozen_at[n]], names.index(n), 0] if frozen_at[n] else float("nan")
+        print(f"  {n}: diverged at step {diverged_at[n]} ({reason[n]}), frozen at step {frozen_at[n]} "
+              f"(estimate {frozen:.1f}, true {true[names.index(n)]:.1f})")
+    print(f"  the others {'flattened' if flat else 'did not flatten'}; FQE stops at step {int(steps[stop])} (recorded cap {int(steps[-1])})")
+    print(f"  {'':38s} {'MAE':>7s} {'MAE/range':>9s} {'Spearman':>8s} {'regret@1':>8s}")
+    for label, m in rows.items():
+        print(f"  {label:38s} {m['mae']:7.1f} {m['mae/range']:9.2f} {m['spearman']:8.2f} {m['regret@1']:8.1f}")
+    print(f"  select's choice (diverged left out): {names[chosen]}, regret {select_regret:.1f}")
+    return {"source": args.source, "bounds": list(bounds), "margin": margin, "loss_growth": growth, "window_chunks": window,
+            "diverged_at": diverged_at, "frozen_at": frozen_at, "reasons": reason, "flattened": bool(flat),
+            "stop_step": int(steps[stop]), "metrics": rows, "select_choice": names[chosen], "select_regret": select_regret}
 
 
 def main(argv=None) -> int:
@@ -550,18 +638,26 @@ def main(argv=None) -> int:
     d.add_argument("--discount", type=float, default=0.99)
     d.add_argument("--fqe-steps", type=int, default=60_000, help="FQE's cap (it stops earlier once flat)")
     d.add_argument("--fqe-hidden", default="256,256")
+    d.add_argument("--fqe-seeds", type=int, default=1, help="FQE critics per candidate (offrl ope --fqe-seeds)")
     d.add_argument("--bootstrap", type=int, default=1000)
     d.add_argument("--episodes", type=int, default=10)
     d.add_argument("--subsets", type=int, default=1000)
     d.add_argument("--subset-fraction", type=float, default=2 / 3)
     d.add_argument("--seed", type=int, default=0)
-    for q in (s, t, c, d):
+    r = sub.add_parser("dope-replay")
+    r.add_argument("--from", dest="source", default="benchmarks/results/ope-dope-hopper-medium-20k-2026-12-01.json")
+    r.add_argument("--discount", type=float, default=0.99)
+    r.add_argument("--margin", type=float, default=None, help="default: OPEConfig's fqe_divergence_margin")
+    r.add_argument("--loss-growth", type=float, default=None, help="default: OPEConfig's fqe_loss_growth")
+    for q in (s, t, c, d, r):
         q.add_argument("--out", default=None, help="folder for the JSON (and figure) of the results")
         q.add_argument("--tag", default=time.strftime("%Y-%m-%d"))
     args = p.parse_args(argv)
     if args.what in ("tiers", "curve", "dope") and args.out is None:
         args.out = "benchmarks/results"
-    result = {"speed": run_speed, "tiers": run_tiers, "curve": run_curve, "dope": run_dope}[args.what](args)
+    if args.what == "dope-replay" and args.out is None:
+        args.out = ""
+    result = {"speed": run_speed, "tiers": run_tiers, "curve": run_curve, "dope": run_dope, "dope-replay": run_replay}[args.what](args)
     if args.out:
         path = Path(args.out) / f"ope-{args.what}-{args.tag}.json"
         path.parent.mkdir(parents=True, exist_ok=True)

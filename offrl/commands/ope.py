@@ -137,7 +137,11 @@ def _fmt(v, digits=2):
 def _print_report(report, truth, dataset, title):
     from rich.table import Table
 
+    from offrl.ope.evaluate import Q_ESTIMATORS
+
     console = _console()
+    diverged = report.diverged()
+    seeds = int((report.fqe or {}).get("seeds", 1))
     table = Table(title=title)
     for col in ("policy", "estimator", "estimate", f"{report.config['confidence']:.0%} CI", "ESS", "max w", "flags"):
         table.add_column(col, justify="left" if col in ("policy", "estimator", "flags") else "right")
@@ -152,6 +156,10 @@ def _print_report(report, truth, dataset, title):
                 flags.append(f"clip {r.clip:g}")
             if r.num_episodes and r.ess == r.ess and r.ess < max(10.0, 0.01 * r.num_episodes):
                 flags.append("ESS low")
+            if est_name in Q_ESTIMATORS and name in diverged:
+                flags.append(f"FQE diverged @{diverged[name]['step']}")
+            if est_name in Q_ESTIMATORS and seeds > 1:
+                flags.append(f"{seeds} FQE seeds")
             row = [name if i == 0 else "", est_name, _fmt(r.estimate), f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]",
                    _fmt(r.ess, 1), _fmt(r.max_weight_share, 3), ", ".join(flags)]
             if truth:
@@ -167,11 +175,28 @@ def _print_report(report, truth, dataset, title):
                      "so the importance-weighted estimates are approximate.")
     if report.fqe:
         f = report.fqe
-        notes.append(f"FQE: {'flat' if f['converged'] else 'NOT flat (it reached --fqe-steps; raise it or distrust fqe/dr/wdr)'} "
-                     f"after {f['final_step']} steps, {f['total_seconds']:.0f} s.")
-        if f.get("outside_value_bounds"):
-            notes.append("FQE diverged for " + ", ".join(f["outside_value_bounds"]) + ": its estimate left the range any "
-                         "policy's value can take on this data, so its fqe/dr/wdr rows are not to be used.")
+        if f["converged"]:
+            state = "flat" + (" (the diverged candidates left out)" if diverged else "")
+        elif diverged and len(diverged) == len(report.policies):
+            state = "diverged for every candidate"
+        else:
+            state = "NOT flat (it reached --fqe-steps; raise it or distrust fqe/dr/wdr)"
+        notes.append(f"FQE: {state} after {f['final_step']} steps, {f['total_seconds']:.0f} s.")
+        low, high = f["value_bounds"]
+        rule = f["divergence_rule"]
+        for name, d in diverged.items():
+            why = (f"a seed's start-state estimate stayed outside the data's value range [{low:.4g}, {high:.4g}], by more "
+                   f"than {rule['margin']:g} of its width, for a whole --fqe-window" if d["reason"] == "estimate"
+                   else f"a seed's loss grew past {rule['loss_growth']:g}x its lowest earlier --fqe-window")
+            notes.append(f"FQE diverged for {name} at step {d['step']} ({why}); its critics are frozen at step {d['frozen_at']} "
+                         f"(estimate {d['estimate']:.4g}), so its fqe/dr/wdr rows are not to be used and select skips it.")
+        rest = [n for n in f.get("outside_value_bounds", []) if n not in diverged]
+        if rest:
+            notes.append("FQE's estimate for " + ", ".join(rest) + " lies outside the range any policy's value can take on "
+                         "this data, so its fqe/dr/wdr rows are not to be used.")
+        if seeds > 1:
+            notes.append(f"fqe/dr/wdr: the mean over {seeds} FQE seeds; each interval adds the seeds' Student-t half-width "
+                         f"to the {report.config['ci']} interval over episodes in quadrature.")
     targets = sorted(set(report.target.values()))
     notes.append("Target policies: " + "; ".join(targets) + ".")
     for note in notes:
@@ -236,11 +261,16 @@ def run_select(args) -> int:
 
     report, truth, paths, dataset = _evaluate(args, (args.by,), "select")
     _print_report(report, truth, dataset, f"candidates ranked by {args.by} on {args.cand__dataset}")
+    from offrl.ope.select import excluded_message
+
+    console = _console()
+    left_out = excluded_message(report, args.by)
+    if left_out:
+        console.print(left_out, soft_wrap=True)
     choice = choose(report, args.by)
     r = report.results[choice][args.by]
-    console = _console()
     console.print(f"[bold]selected:[/bold] {choice} ({args.by} = {r.estimate:.2f}, CI [{r.ci_low:.2f}, {r.ci_high:.2f}])", soft_wrap=True)
-    extra = {"selected": choice, "by": args.by}
+    extra = {"selected": choice, "by": args.by, "excluded": left_out}
     tie = near_tie(report, args.by)
     if tie:
         console.print(tie, soft_wrap=True)

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from offrl.config import ANY_INT, POSITIVE, POSITIVE_INT, Interval, OneOf, OrNone, check_config, param
+from offrl.config import ANY_INT, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Interval, OneOf, OrNone, check_config, param
 from offrl.ope.behavior import BEHAVIOR_MODES, BehaviorConfig
 from offrl.ope.estimators import CI_METHODS, DEFAULT_CLIP
 from offrl.ope.policies import DEFAULT_TARGET_STD
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 #: target policy rolled out in a learned dynamics ensemble, :mod:`offrl.ope.model_based`).
 OPE_ESTIMATORS = ("fqe", "dr", "wdr", "is", "pdis", "wis", "wpdis", "clipped_is", "model")
 DEFAULT_ESTIMATORS = ("fqe", "dr", "wdr", "wis", "wpdis", "pdis", "is", "clipped_is")
+#: the most FQE seeds per policy: memory and time grow linearly with them, and past ~30 the
+#: Student-t interval of their mean barely narrows further.
+MAX_FQE_SEEDS = 32
 
 
 def _fqe_config():
@@ -55,7 +58,9 @@ class OPEConfig:
     fqe_window: FQE steps over which the flattening is judged (a multiple of 1000, the chunk).
     fqe_tolerance: FQE stops when every estimate moved by at most this fraction over the last fqe_window steps ...
     fqe_loss_tolerance: ... and its mean loss over them is within this fraction of the fqe_window steps before.
-    fqe_seeds: FQE seeds averaged per policy.
+    fqe_seeds: independently initialised FQE critics per policy, fitted together (vmap); the fqe/dr/wdr estimate is their mean and its interval adds their spread to the bootstrap's (1 = no seed term; each seed costs one more fit).
+    fqe_divergence_margin: FQE diverged for a policy when a seed's start-state estimate stays outside the data's value bounds, by more than this fraction of their width, for a whole fqe_window ...
+    fqe_loss_growth: ... or its mean loss over fqe_window steps exceeds this factor times its lowest earlier window; the policy is frozen at its last chunk that passed and select skips it.
     model_horizon: steps of each model rollout of the model estimator (default: the data's longest episode).
     model_samples: model rollouts per start state and elite.
     fqe: FQE's network and optimiser settings.
@@ -78,7 +83,9 @@ class OPEConfig:
     fqe_window: int = param(3_000, Interval(1000, math.inf, "[)", integer=True))
     fqe_tolerance: float = param(0.01, POSITIVE)
     fqe_loss_tolerance: float = param(0.1, POSITIVE)
-    fqe_seeds: int = param(1, POSITIVE_INT)
+    fqe_seeds: int = param(1, Interval(1, MAX_FQE_SEEDS, "[]", integer=True))
+    fqe_divergence_margin: float = param(0.1, NON_NEGATIVE)
+    fqe_loss_growth: float = param(4.0, Interval(1.0, math.inf, "()"))
     model_horizon: int | None = param(None, OrNone(POSITIVE_INT))
     model_samples: int = param(1, POSITIVE_INT)
     fqe: FQEConfig = field(default_factory=_fqe_config, metadata={"flag": False})
@@ -90,4 +97,4 @@ class OPEConfig:
         check_config(self)
 
 
-__all__ = ["DEFAULT_ESTIMATORS", "OPE_ESTIMATORS", "OPEConfig"]
+__all__ = ["DEFAULT_ESTIMATORS", "MAX_FQE_SEEDS", "OPE_ESTIMATORS", "OPEConfig"]

@@ -36,6 +36,13 @@ counts with ``A`` and ``D``; no Python loop touches steps or episodes.
 Intervals: ``bootstrap`` (percentile, resampling episodes; the default), ``t`` (Student-t on
 per-episode linearised values) or ``hoeffding`` (needs a range for the per-episode values;
 without ``value_range`` the observed range is used, which is not a guarantee).
+Seed ensembles (Q from ``S`` independently initialised FQE critics): the row's estimate is the
+mean of the ``S`` seeds' estimates ``J_s`` (DM, DR and WDR are linear in ``Q`` and ``V``, so this is
+the estimate with the seeds' mean ``Q``); :func:`seed_half_width` is the Student-t half-width of that
+mean, ``h = t_{S-1, (1+confidence)/2} * sd_s(J_s) / sqrt(S)``, and :func:`combined_interval` adds it to
+the interval over episodes in quadrature, ``[J - sqrt((J - lo)^2 + h^2), J + sqrt((hi - J)^2 + h^2)]``:
+the initialisation and the data are independent sources of error, so their variances add.
+
 ``ess = (sum_i w_iT)^2 / sum_i w_iT^2`` and ``max_weight_share = max_i w_iT / sum_i w_iT`` show
 when the weights have collapsed onto a few episodes: IS variance grows exponentially with
 the horizon.
@@ -296,3 +303,23 @@ def estimate(episodes: Episodes, name: str, ci: str = "bootstrap", confidence: f
     return OPEResult(name, value, low, high, ci, confidence, ess, share, episodes.num_episodes,
                      episodes.estimated_behavior and name != "dm", clipped, clip if clipped else None)
 
+
+
+def seed_half_width(per_seed, confidence: float = 0.95) -> float:
+    """``t_{S-1, (1+confidence)/2} * sd(J_s) / sqrt(S)`` (``ddof = 1``): the half-width of a
+    ``confidence`` interval for the mean of ``S`` seeds' estimates; 0 for one seed."""
+    values = np.asarray(per_seed, np.float64)
+    if values.size < 2:
+        return 0.0
+    from scipy import stats
+
+    return float(stats.t.ppf((1 + confidence) / 2, values.size - 1) * values.std(ddof=1) / np.sqrt(values.size))
+
+
+def combined_interval(estimate: float, low: float, high: float, seed_half: float) -> tuple[float, float]:
+    """The interval over episodes ``[low, high]`` widened by the seeds' half-width ``h`` in quadrature:
+    ``[J - sqrt(max(J - low, 0)^2 + h^2), J + sqrt(max(high - J, 0)^2 + h^2)]``; unchanged when ``h = 0``."""
+    if seed_half == 0.0:
+        return (float(low), float(high))
+    below, above = max(estimate - low, 0.0), max(high - estimate, 0.0)
+    return (float(estimate - np.hypot(below, seed_half)), float(estimate + np.hypot(above, seed_half)))

@@ -28,6 +28,28 @@ returns the curve. With the Polyak rate above, a window of ``W`` steps closes a 
 ``1 - exp(-W tau (1 - gamma))`` of the remaining gap, so a relative change below ``tolerance``
 bounds the remaining gap by about ``tolerance / (1 - exp(-W tau (1 - gamma)))``.
 
+Divergence is judged per policy after every chunk (:func:`diverged`), on each seed's direct
+estimate ``J_ps`` and chunk-mean loss ``L_ps``, given the data's value range ``[lo, hi]``
+(:func:`value_bounds`, where every policy's value lies), a ``margin`` and a ``loss_growth`` factor.
+Policy ``p`` diverges at the first chunk ``T`` at which, for some seed ``s``,
+
+* its estimate stayed outside the range by more than ``margin`` of its width for a whole window,
+  ``J_ps < lo - margin * d`` or ``J_ps > hi + margin * d`` at each of chunks ``T-w+1..T``
+  (``d = max(hi - lo, c)``, ``c`` the return scale; a non-finite estimate counts), or
+* its loss grew: ``mean(L_ps over chunks T-w+1..T) > loss_growth * min_j mean(L_ps over chunks j-w+1..j)``
+  over the earlier windows ``j <= T - w`` (judged from ``T >= 2 w`` chunks; a non-finite loss counts).
+
+A converging fit's loss falls and levels off while a diverging one's grows geometrically: on the
+15 Hopper candidates of the DOPE run the window loss of the 14 that did not diverge never rose above
+2.2x its earlier minimum in 60k steps, while the diverging one passed 3x at 43k steps and 4x at
+44k (defaults: ``margin = 0.1``, ``loss_growth = 4``; the margin only keeps noise at a bound
+from counting, since a diverging estimate grows without bound). The estimate must stay out for a
+window because a critic still far from its fit swings: in the same run one candidate read -70 (the
+range was [0, 621]) at 2000 steps and 82 at 3000. All seeds of a diverged policy are then rolled
+back to the last chunk at which every seed's estimate was inside the range and the loss test passed
+(its initialisation if none) and stay there; the stopping rule is applied to the other policies only, and the curve records
+``diverged_at`` (the chunk's step), ``frozen_at`` and the reason.
+
 * Continuous: ``pi(.|s')`` is the Gaussian ``N(mu(s'), sigma(s')^2)`` truncated to the action
   box (:class:`GaussianTarget`; :mod:`offrl.ope.policies` defines it and the importance weights
   use the same density), and the expectation is the mean over ``next_action_samples`` draws
@@ -53,8 +75,10 @@ Example::
     agents = create(FQEConfig(), data, seeds=2)
     s0 = ds.observations[ds.episode_bounds()[0]]
     m0, sd0 = policy.distribution(s0)
-    probe = lambda agents: state_values(agents, data, s0, GaussianTarget(m0[None], sd0[None])).mean((1, 2))
-    agents, metrics, curve = train_until_flat(agents, data, probe, max_steps=50_000, window=3)
+    probe = lambda agents: state_values(agents, data, s0, GaussianTarget(m0[None], sd0[None])).mean(-1)   # (P, S)
+    bounds = value_bounds(ds.rewards, 0.99, int(ds.episode_lengths().max()))
+    agents, metrics, curve = train_until_flat(agents, data, probe, max_steps=50_000, window=3, bounds=bounds)
+    curve.diverged()                                                      # [] unless a policy ran away
     q = q_values(agents, data, ds.observations, ds.actions)               # (P, S, N)
 """
 
@@ -303,20 +327,37 @@ def train(agents: FQEAgent, data: FQEData, num_steps: int, chunk: int = 1000, pr
 # ---------------------------------------------------------------------- training until flat
 class FQECurve(NamedTuple):
     """What :func:`train_until_flat` saw after each chunk: ``steps`` ``(T,)``, the probe's
-    ``estimates`` ``(T, P)`` (env units), the chunk-mean ``losses`` ``(T, P)`` (critic units),
-    wall ``seconds`` ``(T,)``; ``converged`` is False when the cap stopped it."""
+    ``estimates`` ``(T, P)`` (env units, the mean over seeds), the chunk-mean ``losses`` ``(T, P)``
+    (critic units, the mean over seeds), wall ``seconds`` ``(T,)``, each seed's estimates
+    ``seed_estimates`` ``(T, P, S)``; ``converged`` is False when the cap stopped it (or every policy
+    diverged). A diverged policy ``p`` has ``diverged_at[p]`` (the step of the chunk that failed,
+    0 = never), ``frozen_at[p]`` (the step whose parameters it keeps, 0 = its initialisation) and
+    ``reasons[p]`` (``"estimate"`` or ``"loss"``); its rows after ``diverged_at`` are NaN."""
 
     steps: np.ndarray
     estimates: np.ndarray
     losses: np.ndarray
     seconds: np.ndarray
     converged: bool
+    seed_estimates: np.ndarray | None = None
+    diverged_at: np.ndarray | None = None
+    frozen_at: np.ndarray | None = None
+    reasons: tuple = ()
+
+    def diverged(self) -> list[int]:
+        """Indices of the policies that diverged."""
+        return [] if self.diverged_at is None else [int(p) for p in np.flatnonzero(self.diverged_at > 0)]
 
     def to_dict(self) -> dict:
-        return {"steps": self.steps.tolist(), "estimates": self.estimates.tolist(), "losses": self.losses.tolist(),
+        clean = lambda x: [[None if not np.isfinite(v) else float(v) for v in row] for row in np.asarray(x, np.float64)]  # noqa: E731
+        return {"steps": self.steps.tolist(), "estimates": clean(self.estimates), "losses": clean(self.losses),
                 "seconds": self.seconds.tolist(), "converged": bool(self.converged),
                 "final_step": int(self.steps[-1]) if len(self.steps) else 0,
-                "total_seconds": float(self.seconds[-1]) if len(self.seconds) else 0.0}
+                "total_seconds": float(self.seconds[-1]) if len(self.seconds) else 0.0,
+                "seed_estimates": None if self.seed_estimates is None else [clean(t) for t in self.seed_estimates],
+                "diverged_at": None if self.diverged_at is None else [int(v) for v in self.diverged_at],
+                "frozen_at": None if self.frozen_at is None else [int(v) for v in self.frozen_at],
+                "reasons": list(self.reasons)}
 
 
 def has_flattened(estimates, losses, window: int, tolerance: float, loss_tolerance: float, floor: float) -> bool:
@@ -334,29 +375,115 @@ def has_flattened(estimates, losses, window: int, tolerance: float, loss_toleran
     return bool(np.all(flat) and np.all(steady))
 
 
+def diverged(estimates, losses, window: int, bounds: tuple[float, float] | None, margin: float = 0.1,
+             loss_growth: float | None = 4.0, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The divergence rule of the module docstring at the last of ``T`` chunks: ``estimates`` and
+    ``losses`` are ``(T, P, S)`` (or ``(T, P)``, one seed) per-chunk rows of each seed's estimate
+    and loss; returns ``(by_estimate, by_loss, inside)``, boolean ``(P,)`` each: diverged by the
+    estimate test (some seed outside ``[lo - margin d, hi + margin d]`` in each of the last ``window``
+    chunks), by the loss test, and every seed's estimate inside that range now. ``bounds=None`` or
+    ``loss_growth=None`` turns that test off; ``scale`` is ``c`` (the width's floor)."""
+    est = np.asarray(estimates, np.float64)
+    loss = np.asarray(losses, np.float64)
+    est = est[..., None] if est.ndim == 2 else est
+    loss = loss[..., None] if loss.ndim == 2 else loss
+    by_estimate = np.zeros(est.shape[1], bool)
+    inside = np.ones(est.shape[1], bool)
+    if bounds is not None:
+        lo, hi = bounds
+        slack = margin * max(hi - lo, scale)
+        recent = est[-max(window, 1):]
+        outside = ~((recent >= lo - slack) & (recent <= hi + slack))                      # NaN counts as outside
+        inside = ~outside[-1].any(-1)
+        if len(est) >= window:
+            by_estimate = np.any(outside.all(0), axis=-1)
+    by_loss = np.zeros(loss.shape[1], bool)
+    if loss_growth is not None:
+        by_loss = np.any(~np.isfinite(loss[-1]), axis=-1)
+        if len(loss) >= 2 * window >= 2:
+            total = np.concatenate([np.zeros((1, *loss.shape[1:])), np.cumsum(loss, axis=0)])
+            means = (total[window:] - total[:-window]) / window          # means[i]: chunks i..i+w-1
+            recent, earlier = means[-1], means[:len(means) - window].min(0)
+            by_loss |= np.any(~(recent <= loss_growth * earlier), axis=-1)
+    return np.asarray(by_estimate, bool), by_loss, inside & ~by_loss
+
+
+def judge_chunk(seed_estimates, seed_losses, active, window: int, tolerance: float, loss_tolerance: float, floor: float,
+                bounds: tuple[float, float] | None, margin: float, loss_growth: float | None,
+                scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """What :func:`train_until_flat` decides after a chunk, from the rows so far (``(T, P, S)`` each;
+    the rows of policies frozen earlier are NaN): ``(failed, by_estimate, inside, flat)``, where
+    ``failed`` (``(P,)``) marks the ``active`` policies that :func:`diverged` now, ``by_estimate`` says
+    which test did it, ``inside`` which policies passed both tests at this chunk (the chunks whose
+    parameters a rollback may return to), and ``flat`` is :func:`has_flattened` on the seed means of
+    the policies still active (False when none is)."""
+    by_estimate, by_loss, inside = diverged(seed_estimates, seed_losses, window, bounds, margin, loss_growth, scale)
+    failed = active & (by_estimate | by_loss)
+    still = active & ~failed
+    if not still.any():
+        return failed, by_estimate, inside, False
+    est = np.asarray(seed_estimates, np.float64)[:, still].mean(-1)
+    loss = np.asarray(seed_losses, np.float64)[:, still].mean(-1)
+    return failed, by_estimate, inside, has_flattened(est, loss, window, tolerance, loss_tolerance, floor)
+
+
+@jax.jit
+def _where_policies(keep_new, new, old):
+    """``new`` for the policies where ``keep_new`` (``(P,)``) holds, ``old`` elsewhere."""
+    return jax.tree_util.tree_map(lambda n, o: jnp.where(keep_new.reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, old)
+
+
 def train_until_flat(agents: FQEAgent, data: FQEData, probe, max_steps: int, window: int = 5, tolerance: float = 0.01,
-                     loss_tolerance: float = 0.1, chunk: int = 1000, progress=None) -> tuple[FQEAgent, dict, FQECurve]:
-    """Train in chunks of ``chunk`` steps until :func:`has_flattened` (``window`` in chunks) or
-    ``max_steps``; ``probe(agents) -> (P,)`` is the estimate watched (e.g. the mean ``V`` of the
-    start states), and ``floor = 1e-3 * value_scale`` keeps the relative test sane near 0."""
+                     loss_tolerance: float = 0.1, chunk: int = 1000, progress=None, bounds: tuple[float, float] | None = None,
+                     margin: float = 0.1, loss_growth: float | None = 4.0) -> tuple[FQEAgent, dict, FQECurve]:
+    """Train in chunks of ``chunk`` steps until :func:`has_flattened` holds for every policy that has
+    not diverged (``window`` in chunks), or ``max_steps``; ``probe(agents) -> (P, S)`` (or ``(P,)``)
+    is the estimate watched (e.g. each seed's mean ``V`` of the start states), and
+    ``floor = 1e-3 * value_scale`` keeps the relative test sane near 0. After each chunk
+    :func:`diverged` (``bounds``, ``margin``, ``loss_growth``) marks policies, whose parameters are
+    rolled back to their last chunk that passed and frozen there (see the module docstring); the
+    returned ``metrics`` are NaN for them."""
     import time
 
-    steps, estimates, losses, seconds = [], [], [], []
+    steps, estimates, losses, seconds, seed_estimates, seed_losses = [], [], [], [], [], []
     metrics, done, t0, converged = {}, 0, time.perf_counter(), False
+    policies = agents.step.shape[0]
     floor = 1e-3 * float(data.value_scale)
-    while done < max_steps and not converged:
+    active = np.ones(policies, bool)
+    good, good_step = agents, np.zeros(policies, np.int64)
+    diverged_at, reasons = np.zeros(policies, np.int64), [None] * policies
+    while done < max_steps and not converged and active.any():
         k = min(chunk, max_steps - done)
         agents, metrics = train_chunk(agents, data, k)
         done += k
+        value = np.asarray(probe(agents), np.float64)
+        value = value[:, None] if value.ndim == 1 else value
+        loss = np.asarray(metrics["fqe/loss"], np.float64)
+        frozen = ~active[:, None]                  # frozen before this chunk: nothing of theirs is recorded
+        seed_estimates.append(np.where(frozen, np.nan, value))
+        seed_losses.append(np.where(frozen, np.nan, loss))
+        failed, by_estimate, inside, converged = judge_chunk(seed_estimates, seed_losses, active, window, tolerance,
+                                                             loss_tolerance, floor, bounds, margin, loss_growth,
+                                                             float(data.value_scale))
+        for p in np.flatnonzero(failed):
+            diverged_at[p], reasons[p] = done, "estimate" if by_estimate[p] else "loss"
+        passed = active & ~failed & inside
+        good = _where_policies(jnp.asarray(passed), agents, good)
+        good_step[passed] = done
+        active &= ~failed
+        if not active.all():
+            agents = _where_policies(jnp.asarray(active), agents, good)
         steps.append(done)
-        estimates.append(np.asarray(probe(agents), np.float64))
-        losses.append(np.asarray(metrics["fqe/loss"], np.float64).mean(-1))
+        estimates.append(np.where(active | failed, value.mean(-1), np.nan))
+        losses.append(np.where(active | failed, loss.mean(-1), np.nan))
         seconds.append(time.perf_counter() - t0)
-        converged = has_flattened(estimates, losses, window, tolerance, loss_tolerance, floor)
         if progress is not None:
             progress(done)
-    curve = FQECurve(np.asarray(steps), np.asarray(estimates), np.asarray(losses), np.asarray(seconds), converged)
-    return agents, jax.tree_util.tree_map(np.asarray, metrics), curve
+    metrics = jax.tree_util.tree_map(lambda m: np.where(active.reshape((-1,) + (1,) * (np.ndim(m) - 1)), np.asarray(m), np.nan), metrics)
+    frozen_at = np.where(diverged_at > 0, good_step, 0)
+    curve = FQECurve(np.asarray(steps), np.asarray(estimates), np.asarray(losses), np.asarray(seconds), converged,
+                     np.asarray(seed_estimates), diverged_at, frozen_at, tuple(reasons))
+    return agents, metrics, curve
 
 
 # ---------------------------------------------------------------------- evaluation

@@ -1,6 +1,9 @@
 """Choosing a policy without the environment: the highest off-policy estimate wins.
 
-``choose(report, by)`` returns the candidate with the largest estimate of estimator ``by``;
+``choose(report, by)`` returns the candidate with the largest estimate of estimator ``by``
+among those it can trust: when ``by`` uses FQE's Q (``fqe``, ``dr``, ``wdr``), a candidate whose
+FQE diverged (:func:`offrl.ope.fqe.diverged`) is left out, and :func:`excluded_message` says so in
+one line (every candidate diverged: an error, since no Q-based choice is left);
 :func:`near_tie` says in one line when that choice's interval overlaps the runner-up's
 ``[lo_1, hi_1] ∩ [lo_2, hi_2] != {}``, by how much the estimates differ (``est_1 - est_2``) and
 by how much the intervals overlap (``min(hi_1, hi_2) - max(lo_1, lo_2)``).
@@ -22,10 +25,31 @@ import numpy as np
 from offrl.errors import OffrlError
 
 
+def excluded(report, by: str) -> dict[str, dict]:
+    """The candidates ``choose(report, by)`` leaves out: those whose FQE diverged, when ``by`` uses Q."""
+    from offrl.ope.evaluate import Q_ESTIMATORS
+
+    return report.diverged() if by in Q_ESTIMATORS else {}
+
+
+def excluded_message(report, by: str) -> str | None:
+    """One line naming the candidates left out of the choice by ``by`` and why (None when none are)."""
+    left_out = excluded(report, by)
+    if not left_out:
+        return None
+    parts = [f"{name} (FQE diverged at step {d['step']} by its {d['reason']}; frozen at step {d['frozen_at']})"
+             for name, d in left_out.items()]
+    return f"excluded from the choice by {by}: " + ", ".join(parts) + "."
+
+
 def choose(report, by: str) -> str:
     if by not in next(iter(report.results.values())):
         raise OffrlError(f"--by {by!r} was not computed; add it to --estimators.")
-    values = report.estimates(by)
+    left_out = excluded(report, by)
+    if len(left_out) == len(report.policies):
+        raise OffrlError(f"FQE diverged for every candidate, so no {by} estimate can choose among them; "
+                         "choose with an importance-sampling estimator instead (e.g. --by wpdis).")
+    values = np.where([p in left_out for p in report.policies], -np.inf, report.estimates(by))
     return report.policies[int(np.argmax(values))]
 
 
@@ -47,8 +71,9 @@ def tie_message(candidates, by: str) -> str | None:
 
 def near_tie(report, by: str) -> str | None:
     """:func:`tie_message` for the candidates of ``report`` ranked by ``by``."""
+    left_out = excluded(report, by)
     return tie_message([{"name": p, **{k: getattr(report.results[p][by], k) for k in ("estimate", "ci_low", "ci_high")}}
-                        for p in report.policies], by)
+                        for p in report.policies if p not in left_out], by)
 
 
 def selection_regret(report, by: str, truth: dict) -> dict[str, dict]:
@@ -72,7 +97,8 @@ def select_checkpoint(run, by: str = "fqe", dataset=None, config=None, seed: int
     """Rank every kept checkpoint of run folder ``run`` by estimator ``by`` on ``dataset``
     (default: the run's own, ``settings["dataset"]``) for trained seed ``seed``, write
     ``RUN/selected.json`` and return its record: the chosen ``step``, ``by``, every candidate's
-    ``step``, ``estimate``, ``ci_low``, ``ci_high``, ``ess``, and ``near_tie`` (:func:`near_tie`'s line or None).
+    ``step``, ``estimate``, ``ci_low``, ``ci_high``, ``ess``, ``diverged``, and ``near_tie``
+    (:func:`near_tie`'s line or None) and ``excluded`` (:func:`excluded_message`'s line or None).
 
     Example::
 
@@ -107,12 +133,14 @@ def select_checkpoint(run, by: str = "fqe", dataset=None, config=None, seed: int
     policies = [load_policy(folder, config.target_std, seed, step=s) for s in steps]
     report = evaluate_policies(policies, dataset, config, progress=progress)
     choice = choose(report, by)
+    left_out = excluded(report, by)
     candidates = [{"name": p.name, "step": int(p.meta["step"]), **{k: getattr(report.results[p.name][by], k)
-                   for k in ("estimate", "ci_low", "ci_high", "ess")}} for p in policies]
+                   for k in ("estimate", "ci_low", "ci_high", "ess")}, "diverged": p.name in left_out} for p in policies]
     chosen = next(c for c in candidates if c["name"] == choice)
     record = {"step": chosen["step"], "by": by, "seed": seed, "estimate": chosen["estimate"], "ci_low": chosen["ci_low"],
               "ci_high": chosen["ci_high"], "dataset": getattr(dataset, "source", None), "estimated_behavior": report.estimated_behavior,
-              "target": report.target[choice], "candidates": candidates, "near_tie": tie_message(candidates, by),
+              "target": report.target[choice], "candidates": candidates, "near_tie": tie_message([c for c in candidates if not c["diverged"]], by),
+              "excluded": excluded_message(report, by),
               "config": report.config}
     (folder / SELECTED).write_text(json.dumps(record, indent=2, default=str))
     return record
