@@ -158,6 +158,8 @@ def print_selection(run_, by: str) -> None:
     print(f"selected: step {record['step']} of {len(record['candidates'])} checkpoints by {by} = {record['estimate']:.2f} "
           f"(CI [{record['ci_low']:.2f}, {record['ci_high']:.2f}]{', estimated behaviour' if record['estimated_behavior'] else ''})"
           f" -> {run_.path / SELECTED}")
+    if record.get("excluded"):
+        print(record["excluded"])
     if record.get("near_tie"):
         print(record["near_tie"])
 

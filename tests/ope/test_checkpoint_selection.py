@@ -165,3 +165,20 @@ def test_bad_input_is_one_line_and_exit_2(case, kept_run, pendulum_file, tmp_pat
     assert expect in err and len(err.splitlines()) == 1, err
     if case == "unknown_estimator":
         assert not (tmp_path / "never").exists()
+
+
+def test_train_select_by_prints_the_excluded_and_near_tie_lines(monkeypatch, capsys, tmp_path):
+    """`offrl train --select-by` prints select's one-line notices after its choice."""
+    import types
+
+    import offrl.ope.select as select_module
+    from offrl.commands.train import print_selection
+
+    record = {"step": 200, "candidates": [{}, {}, {}], "estimate": 5.0, "ci_low": 4.0, "ci_high": 6.0,
+              "estimated_behavior": False, "excluded": "excluded from the choice by fqe: step 100 (FQE diverged at 3000).",
+              "near_tie": "near-tie: step 200 leads step 300 by 0.10"}
+    monkeypatch.setattr(select_module, "select_checkpoint", lambda path, by, config=None: record)
+    print_selection(types.SimpleNamespace(path=tmp_path, config=types.SimpleNamespace(discount=0.99)), "fqe")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("selected: step 200 of 3 checkpoints by fqe = 5.00")
+    assert out[1] == record["excluded"] and out[2] == record["near_tie"]
