@@ -281,7 +281,7 @@ def fit_begin(model: Dynamics, data: dict, key: jax.Array) -> FitState:
     train_idx, hold_idx = order[: n - held], order[n - held:]
     M = s.ensemble_size
     return FitState(params=model.params, opt_state=model.opt_state, best_params=model.params,
-                    best=jnp.full(M, jnp.inf), since=jnp.zeros((), jnp.int32), count=jnp.zeros((), jnp.int32),
+                    best=jnp.full(M, jnp.inf, jnp.float32), since=jnp.zeros((), jnp.int32), count=jnp.zeros((), jnp.int32),
                     key=key, train_idx=train_idx, hold_idx=hold_idx,
                     input_mean=inputs[train_idx].mean(0), input_std=inputs[train_idx].std(0) + 1e-6,
                     target_mean=targets[train_idx].mean(0), target_std=targets[train_idx].std(0) + 1e-6)

@@ -144,6 +144,7 @@ def test_a_fit_in_chunks_of_epochs_equals_the_fit_at_once():
     state = dyn.fit_begin(model, data, jax.random.PRNGKey(1))
     chunk = jax.jit(dyn.fit_epochs, static_argnums=3)
     state = chunk(model, chunk(model, state, data, 2), data, 2)
+    assert chunk._cache_size() == 1   # the state fit_begin makes has the types fit_epochs returns: no recompile
     assert int(state.count) == 4 and not bool(dyn.fit_finished(settings, state))
     state = chunk(model, state, data, None)
     assert bool(dyn.fit_finished(settings, state))
