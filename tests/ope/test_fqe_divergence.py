@@ -14,7 +14,7 @@ import math
 import jax
 import numpy as np
 import pytest
-from test_linear_gaussian import KT, ST, forward_value, infinite_value, simulate
+from test_linear_gaussian import KT, ST, forward_value, infinite_value, long_horizon_dataset
 
 from offrl.cli import main
 from offrl.data import save
@@ -143,13 +143,7 @@ def test_a_diverged_candidate_is_rolled_back_to_its_last_passing_chunk_and_frees
 
 # ---------------------------------------------------------------------- known answer, end to end
 def linear_gaussian_dataset():
-    s, a, r, nxt, _ = simulate(1, 200, np.random.default_rng(2), HORIZON, kb=-0.4, sb=0.5)
-    log_b = -0.5 * ((a + 0.4 * s) / 0.5) ** 2 - math.log(0.5) - 0.5 * math.log(2 * math.pi)
-    timeouts = np.zeros(s.shape, bool)
-    timeouts[..., -1] = True
-    flat = lambda x: x.reshape(-1, 1).astype(np.float32)  # noqa: E731
-    return Dataset.from_arrays(flat(s), flat(a), r.reshape(-1).astype(np.float32), np.zeros(s.size, bool), timeouts.reshape(-1),
-                               next_observations=flat(nxt), infos={"action_log_probs": log_b.reshape(-1).astype(np.float32)})
+    return long_horizon_dataset(HORIZON, 200, seed=2)
 
 
 BOX = (np.array([-10.0]), np.array([10.0]))
