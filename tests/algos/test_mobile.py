@@ -4,9 +4,11 @@ and on a hand-set ensemble; old run folders load with the deterministic backup."
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import test_algorithm_behaviour as shared
-from model_based_helpers import constant_ensemble
+from model_based_helpers import PENDULUM, constant_ensemble
 
+from offrl import data, engine
 from offrl.algos import mobile
 from offrl.algos.common import Batch, config_from_dict, config_to_dict
 
@@ -117,3 +119,19 @@ def test_a_saved_config_without_soft_backup_loads_as_the_deterministic_backup():
     del saved["soft_backup"]
     assert config_from_dict(mobile.Config, saved).soft_backup is False
     assert config_from_dict(mobile.Config, config_to_dict(mobile.Config(soft_backup=True))).soft_backup is True
+
+
+@pytest.mark.slow
+def test_mobile_with_the_soft_backup_beats_a_random_policy_on_bundled_pendulum():
+    """pendulum-medium-v0 (normalised 0 = random actor, 100 = expert; the data scores 20.6), 12k updates with
+    MOPO's small real-run sizes and the soft backup: the critics stay below the reward bound and the policy
+    swings up (3 + 3 vmapped seeds of the same run: 100.0 +- 0.3 and docs/models.md; the deterministic
+    backup is still swinging at 12k)."""
+    overrides = {**PENDULUM, "soft_backup": "true"}
+    run = engine.train("mobile", data.load("pendulum-medium-v0"), steps=12_000, eval_every=12_000, log_every=2_000,
+                       eval_episodes=5, progress=False, config_overrides=overrides)
+    score = float(np.mean(run.final_scores))
+    q = [float(np.mean(r["q"])) for r in run.metrics if "q" in r]
+    print(f"MOBILE (soft backup): score {score:.1f}, mean Q on the batches {q}")
+    assert max(q) < 0.0, f"Q rose above the reward bound 0: {q}"
+    assert score > 50, f"MOBILE reached only {score:.1f} (random actor = 0, data 20.6)"
