@@ -30,12 +30,13 @@ learner drift above the reward bound on the bundled Pendulum data. With it, Q ov
 The penalty is small there (beta * u about 0.4 per step against rewards of -4.8: the elites agree
 on Pendulum's deterministic dynamics), so on Pendulum MOBILE is close to SAC on the model's rollouts.
 Values propagate with a time constant of about ``1 / (tau * (1 - gamma))`` updates; short runs
-raise ``tau``. Even so, MOBILE's score on Pendulum still swings at 12k updates (docs/models.md).
+raise ``tau``. On Pendulum the soft backup learns steadily where the authors' does not: at 12k
+updates (tau = 0.05, 6 seeds) it scores 100.1 +- 0.5 against 37.4 +- 49.1 (docs/models.md).
 
 Example::
 
     run = offrl.train("mobile", "pendulum-medium-replay-v0", steps=20_000,
-                      config_overrides={"rollout_starts": 1000, "rollout_every": 100})
+                      config_overrides={"rollout_starts": 1000, "rollout_every": 100, "soft_backup": True})
 """
 
 from __future__ import annotations
