@@ -68,7 +68,8 @@ class Config(model_based.ModelBasedConfig):
     penalty_coef: float = param(1.5, NON_NEGATIVE)  #: beta of y = r - beta * u(s, a) + ... (OfflineRL-Kit: 1.5)
     successor_samples: int = param(10, POSITIVE_INT)  #: S, successors drawn from each elite for T^i Q (10)
     critic_layer_norm: bool = param(True, BOOL)  #: LayerNorm in the critics (not the authors': see the module docstring)
-    soft_backup: bool = param(False, BOOL)  #: V' with SAC's - alpha log pi(a'|s') in y and u (authors: False, deterministic_backup)
+    #: True: V' = min_k Q' - alpha log pi(a'|s') in y and u; False: min_k Q' (the authors': deterministic_backup)
+    soft_backup: bool = param(False, BOOL)
 
 
 def bellman_uncertainty(rewards: jax.Array, masks: jax.Array, next_q: jax.Array, discount,
