@@ -12,7 +12,8 @@ model transition is lowered by how much the elites disagree about its Bellman ba
 
 ``u`` is the spread of the same backup ``y`` uses. The authors' code (the MOBILE repository's
 configs and OfflineRL-Kit's ``run_mobile.py``) sets ``deterministic_backup=True`` for every task,
-so ``soft_backup`` defaults to False; their actor loss and entropy tuning are SAC's either way.
+but offrl's default is ``soft_backup=True`` (a departure, for the reason below); their actor loss
+and entropy tuning are SAC's either way.
 Their penalty is the standard deviation of the next-state values ``mean_j Q'(s'_ij, a'_ij)``
 alone (without ``r`` and ``gamma``) and they clip ``y`` at 0; here the estimate is the paper's full
 backup and ``y`` is not clipped (Pendulum's rewards are negative). They also cap the entropy
@@ -23,20 +24,23 @@ Settings of the authors' MOBILE runs (``rollout_length`` h, ``penalty_coef`` bet
 hopper-medium-replay 5, 0.1; walker2d-medium-expert 1, 1.5 (OfflineRL-Kit's default run); 10
 successor samples per elite, 5% real rows, 7 members and 5 elites.
 
-One default departs from the authors': the critics have LayerNorm (``critic_layer_norm``), for the
+Two defaults depart from the authors'. The critics have LayerNorm (``critic_layer_norm``), for the
 reason MOPO's docstring gives (:mod:`offrl.algos.mopo`): without it, the critics of this shared SAC
 learner drift above the reward bound on the bundled Pendulum data. With it, Q over the data's
 (s, a) reaches -286 at 12k updates against the Monte-Carlo returns' -246 and never rises above 0.
 The penalty is small there (beta * u about 0.4 per step against rewards of -4.8: the elites agree
 on Pendulum's deterministic dynamics), so on Pendulum MOBILE is close to SAC on the model's rollouts.
 Values propagate with a time constant of about ``1 / (tau * (1 - gamma))`` updates; short runs
-raise ``tau``. On Pendulum the soft backup learns steadily where the authors' does not: at 12k
-updates (tau = 0.05, 6 seeds) it scores 100.1 +- 0.5 against 37.4 +- 49.1 (docs/models.md).
+raise ``tau``. And the backup is SAC's soft one (``soft_backup=True``): on Pendulum it learns
+steadily where the authors' deterministic backup keeps swinging; at 12k updates (tau = 0.05, 6
+seeds) it scores 100.1 +- 0.5 against 37.4 +- 49.1, 2 of 6 seeds below 0 (docs/models.md).
+``--set soft_backup=false`` gives the authors' backup; runs saved before the field existed load
+with it (``ABSENT``).
 
 Example::
 
     run = offrl.train("mobile", "pendulum-medium-replay-v0", steps=20_000,
-                      config_overrides={"rollout_starts": 1000, "rollout_every": 100, "soft_backup": True})
+                      config_overrides={"rollout_starts": 1000, "rollout_every": 100})
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ class Config(model_based.ModelBasedConfig):
     successor_samples: int = param(10, POSITIVE_INT)  #: S, successors drawn from each elite for T^i Q (10)
     critic_layer_norm: bool = param(True, BOOL)  #: LayerNorm in the critics (not the authors': see the module docstring)
     #: True: V' = min_k Q' - alpha log pi(a'|s') in y and u; False: min_k Q' (the authors': deterministic_backup)
-    soft_backup: bool = param(False, BOOL)
+    soft_backup: bool = param(True, BOOL)
 
 
 def bellman_uncertainty(rewards: jax.Array, masks: jax.Array, next_q: jax.Array, discount,

@@ -27,10 +27,11 @@ def test_bellman_uncertainty_by_hand():
 
 
 def test_penalty_of_a_tiny_ensemble_is_the_spread_of_its_rewards():
-    """Elites that agree on s' and differ in reward (1, 2, 4), a critic that is 0: u = std(1, 2, 4);
-    the non-elite member (reward 40) does not count."""
+    """Elites that agree on s' and differ in reward (1, 2, 4), a critic that is 0 and the
+    deterministic backup (no entropy term): u = std(1, 2, 4); the non-elite member (reward 40)
+    does not count."""
     config = mobile.Config(ensemble_size=4, num_elites=3, model_hidden_dims=(4,), rollout_starts=4, batch_size=8,
-                           termination="none", successor_samples=5)
+                           termination="none", successor_samples=5, soft_backup=False)
     means = [[0.0, 0.0, 1.0], [0.0, 0.0, 2.0], [0.0, 0.0, 4.0], [0.0, 0.0, 40.0]]
     model = constant_ensemble(config, 2, 1, means=means, raw_logvars=np.full((4, 3), -30.0), elites=[0, 1, 2])
     agent = mobile.create(config, 2, 1, jax.random.PRNGKey(0))
@@ -127,7 +128,8 @@ def test_mobile_with_the_soft_backup_beats_a_random_policy_on_bundled_pendulum()
     MOPO's small real-run sizes and the soft backup: the critics stay below the reward bound and the policy
     swings up (6 vmapped seeds of the same setting: 100.1 +- 0.5; with the deterministic backup 37.4 +- 49.1,
     docs/models.md)."""
-    overrides = {**PENDULUM, "soft_backup": "true"}
+    assert mobile.Config().soft_backup is True      # the default: this test is the reason for it
+    overrides = dict(PENDULUM)
     run = engine.train("mobile", data.load("pendulum-medium-v0"), steps=12_000, eval_every=12_000, log_every=2_000,
                        eval_episodes=5, progress=False, config_overrides=overrides)
     score = float(np.mean(run.final_scores))
