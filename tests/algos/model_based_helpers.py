@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from offrl import dynamics as dyn
+from offrl import data, dynamics as dyn, engine
 
 #: the sizes of MOPO's and MOBILE's real runs on bundled Pendulum (small model and networks, 1,000 rollout
 #: starts every 100 updates, tau = 0.05)
@@ -37,3 +37,13 @@ def constant_ensemble(settings, obs_dim, action_dim, means, raw_logvars, elites=
     if elites is not None:
         model = model.replace(elites=jnp.asarray(elites))
     return model
+
+
+def pendulum_run(algo: str) -> tuple[float, list[float]]:
+    """12k updates of ``algo`` on pendulum-medium-v0 with :data:`PENDULUM`: (mean final score, mean Q per log)."""
+    run = engine.train(algo, data.load("pendulum-medium-v0"), steps=12_000, eval_every=12_000, log_every=2_000,
+                       eval_episodes=5, progress=False, config_overrides=PENDULUM)
+    score = float(np.mean(run.final_scores))
+    q = [float(np.mean(r["q"])) for r in run.metrics if "q" in r]
+    print(f"{algo}: score {score:.1f}, mean Q on the batches {q}")
+    return score, q

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import test_algorithm_behaviour as shared
-from model_based_helpers import PENDULUM, constant_ensemble
+from model_based_helpers import PENDULUM, constant_ensemble, pendulum_run
 
 from offrl import data, engine
 from offrl.algos import mobile
@@ -129,11 +129,6 @@ def test_mobile_with_the_soft_backup_beats_a_random_policy_on_bundled_pendulum()
     swings up (6 vmapped seeds of the same setting: 100.1 +- 0.5; with the deterministic backup 37.4 +- 49.1,
     docs/models.md)."""
     assert mobile.Config().soft_backup is True      # the default: this test is the reason for it
-    overrides = dict(PENDULUM)
-    run = engine.train("mobile", data.load("pendulum-medium-v0"), steps=12_000, eval_every=12_000, log_every=2_000,
-                       eval_episodes=5, progress=False, config_overrides=overrides)
-    score = float(np.mean(run.final_scores))
-    q = [float(np.mean(r["q"])) for r in run.metrics if "q" in r]
-    print(f"MOBILE (soft backup): score {score:.1f}, mean Q on the batches {q}")
+    score, q = pendulum_run("mobile")
     assert max(q) < 0.0, f"Q rose above the reward bound 0: {q}"
     assert score > 50, f"MOBILE reached only {score:.1f} (random actor = 0, data 20.6)"

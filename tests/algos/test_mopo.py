@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import test_algorithm_behaviour as shared
-from model_based_helpers import PENDULUM, constant_ensemble, soft_bounded_logvar
+from model_based_helpers import PENDULUM, constant_ensemble, pendulum_run, soft_bounded_logvar
 
 from offrl import data, engine
 from offrl.algos import model_based, mopo
@@ -55,10 +55,6 @@ def test_mopo_beats_a_random_policy_on_bundled_pendulum():
     small networks and tau = 0.05 (values propagate in about 1 / (tau (1 - gamma)) = 2,000 updates): the
     LayerNorm critics stay below the reward bound and the policy swings up. Without LayerNorm the same run
     drifts to Q > 0 and scores about -50."""
-    run = engine.train("mopo", data.load("pendulum-medium-v0"), steps=12_000, eval_every=12_000, log_every=2_000,
-                       eval_episodes=5, progress=False, config_overrides=PENDULUM)
-    score = float(np.mean(run.final_scores))
-    q = [float(np.mean(r["q"])) for r in run.metrics if "q" in r]
-    print(f"MOPO: score {score:.1f}, mean Q on the batches {q}")
+    score, q = pendulum_run("mopo")
     assert max(q) < 0.0, f"Q rose above the reward bound 0: {q}"
     assert score > 30, f"MOPO reached only {score:.1f} (random actor = 0, data 20.6)"
