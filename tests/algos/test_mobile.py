@@ -6,9 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import test_algorithm_behaviour as shared
-from model_based_helpers import PENDULUM, constant_ensemble, pendulum_run
+from model_based_helpers import constant_ensemble, pendulum_run
 
-from offrl import data, engine
 from offrl.algos import mobile
 from offrl.algos.common import Batch, config_from_dict, config_to_dict
 

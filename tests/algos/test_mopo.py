@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import test_algorithm_behaviour as shared
-from model_based_helpers import PENDULUM, constant_ensemble, pendulum_run, soft_bounded_logvar
+from model_based_helpers import constant_ensemble, pendulum_run, soft_bounded_logvar
 
-from offrl import data, engine
+from offrl import data
 from offrl.algos import model_based, mopo
 
 
