@@ -237,6 +237,17 @@ def references_from_zoo(zoo_dir) -> dict:
     return {"random": random_entry["return_mean"], "expert": best["return_mean"], "expert_step": best["step"]}
 
 
+def reference_record(zoo_dir) -> dict:
+    """The content of ``zoo/references.json``: the measured references, the env and the rule."""
+    from offrl.collect.zoo import load_zoo_index
+
+    refs = references_from_zoo(zoo_dir)
+    refs["env_id"] = load_zoo_index(zoo_dir)["env_id"]
+    refs["rule"] = ("random = mean stochastic return of the randomly initialised actor (step 0); "
+                    "expert = highest mean stochastic return among the snapshots")
+    return refs
+
+
 def write_references(zoo_dir) -> dict:
     """Store the zoo's measured random/expert returns in ``zoo/references.json`` and merge them
     into ``$OFFRL_HOME/references.json`` (read by :func:`offrl.envs.reference_returns`)."""
@@ -244,10 +255,7 @@ def write_references(zoo_dir) -> dict:
     from offrl.envs import offrl_home
 
     index = load_zoo_index(zoo_dir)
-    refs = references_from_zoo(zoo_dir)
-    refs["env_id"] = index["env_id"]
-    refs["rule"] = ("random = mean stochastic return of the randomly initialised actor (step 0); "
-                    "expert = highest mean stochastic return among the snapshots")
+    refs = reference_record(zoo_dir)
     write_json(Path(zoo_dir) / "references.json", refs)
     home = offrl_home()
     home.mkdir(parents=True, exist_ok=True)

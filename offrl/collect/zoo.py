@@ -235,6 +235,9 @@ def load_policy(zoo_dir, step: int) -> BehaviorPolicy:
     json_path = zoo_dir / "snapshots" / f"{snapshot_name(step)}.json"
     if not json_path.exists():
         steps = [s["step"] for s in index.get("snapshots", [])]
+        if index.get("packed"):
+            raise ConfigError(f"zoo '{zoo_dir}' is packed and keeps only the snapshots at steps {index['packed']['kept_steps']} "
+                              f"(random, medium, expert), not {step}; use the full zoo it was packed from.")
         raise ConfigError(f"zoo '{zoo_dir}' has no snapshot at step {step}; available steps: {steps}.")
     facts = json.loads(json_path.read_text())
     if index.get("algorithm") == "DQN":

@@ -2,6 +2,7 @@
 
     offrl collect train-behavior --env Hopper-v5 --steps 300000 --out zoo/hopper
     offrl collect dataset --env Hopper-v5 --tier medium --size 200000 --zoo zoo/hopper --out hopper-medium.hdf5
+    offrl collect pack --zoo zoo/hopper --out zoo/hopper-packed      # what the tiers need, compressed
     offrl collect oracle --env cube-single-v0 --dataset-type play --episodes 1000   # OGBench's layout
 """
 
@@ -42,6 +43,11 @@ def register(subparsers) -> None:
     data.add_argument("--compress", action="store_true", help="gzip the arrays of the --out file (HDF5: shuffle + gzip filters; NPZ: zip deflate)")
     data.add_argument("--quiet", action="store_true", help="no progress bar")
     data.set_defaults(func=run_dataset)
+
+    pack = sub.add_parser("pack", help="copy the part of a SAC zoo its tiers need (3 snapshots, the replay up to the medium one), compressed")
+    pack.add_argument("--zoo", required=True, help="zoo folder made by `offrl collect train-behavior`")
+    pack.add_argument("--out", required=True, help="new folder for the packed zoo (never overwritten); `offrl collect dataset --zoo OUT` builds the same tiers")
+    pack.set_defaults(func=run_pack)
 
     from offrl.collect.ogbench import OracleConfig
 
@@ -130,6 +136,14 @@ def run_dataset(args) -> int:
                  ("ref min / max", f"{meta['ref_min_score']:.1f} / {meta['ref_max_score']:.1f}")] + [(k, str(v)) for k, v in where.items()]:
         table.add_row(k, str(v))
     Console().print(table)
+    return 0
+
+
+def run_pack(args) -> int:
+    from offrl.collect.pack import pack_zoo, summary
+
+    index = pack_zoo(args.zoo, args.out)
+    print(summary(index, args.out))
     return 0
 
 
