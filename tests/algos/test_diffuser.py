@@ -111,6 +111,7 @@ def test_horizon_longer_than_every_episode_is_one_line():
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow  # 50 s; the behaviour test covers training, save/load and the export refusal
 def test_short_run(tmp_path, capsys):
     """A few hundred updates on pendulum-medium-replay: the denoising loss falls well below its
     start; evaluation plans every action; ``offrl export`` refuses the run in one line (exit 2)."""
