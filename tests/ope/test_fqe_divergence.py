@@ -266,6 +266,7 @@ def test_select_command_excludes_the_diverged_candidate_in_one_line(tmp_path, ca
     assert far_row["estimate"] > near_row["estimate"]           # it would have won the argmax
 
 
+@pytest.mark.slow  # 50 s of CLI FQE fits; the interval's construction is tested in-process above
 def test_ope_command_with_seeds_says_how_the_interval_is_made(tmp_path, capsys):
     data, exports = cli_setup(tmp_path)
     assert main(["ope", exports[0], "--dataset", data, "--estimators", "fqe", "--fqe-seeds", "2", *FAST]) == 0
