@@ -17,16 +17,9 @@ from token ``i`` to token ``j`` allowed iff ``j <= i`` and (``j`` is valid or ``
 
 The policy holds the episode's context as the JAX rollout carry does (:mod:`offrl.algos.dt`):
 the last ``K`` steps and the remaining target return, which drops by ``reward / return_scale``
-after every step. Example::
-
-    policy = load_numpy_policy("runs/dt/export")     # a NumpyDecisionTransformer
-    policy.reset(target_return=3000.0)               # env units; default: the run's target
-    obs, _ = env.reset(seed=0)
-    while not done:
-        action = policy.act(obs)                     # (obs_dim,) -> (action_dim,), or batched (B, obs_dim)
-        obs, reward, terminated, truncated, _ = env.step(action)
-        policy.observe(reward)
-        done = terminated or truncated
+after every step. Per episode: ``policy.reset(target_return=...)`` (env units; default: the run's
+target), then for every step ``action = policy.act(obs)`` (``(obs_dim,) -> (action_dim,)``, or batched
+``(B, obs_dim)``) and, once the environment has answered, ``policy.observe(reward)``.
 """
 
 from __future__ import annotations
