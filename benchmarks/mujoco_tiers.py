@@ -11,7 +11,9 @@ the medium snapshot) are kept in the repository instead, and the 100k-transition
 Each file is written under a temporary name and renamed when complete; an existing file is kept.
 ``benchmarks/data/mujoco/<env>/tiers.json`` records a SHA-256 of every tier's arrays: the first
 build writes it, later builds must match it (otherwise the tier differs from the one the committed
-results were measured on, and the script stops with exit 2 before anything trains on it).
+results were measured on, and the script stops with exit 2 before anything trains on it). The
+behaviour policies act through ``reproducible_rollout_policy``, so a tier's bits do not depend on
+the host's processor.
 """
 
 from __future__ import annotations

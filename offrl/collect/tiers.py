@@ -71,8 +71,11 @@ def select_snapshots(index: dict) -> dict:
 
 
 def collect_with_policy(env_id: str, policy, size: int, seed: int, num_envs: int = 8, progress=None) -> dict:
-    """Run the stochastic ``policy`` (a :class:`offrl.collect.zoo.BehaviorPolicy`) for ``size`` steps
-    in total over ``num_envs`` envs (:func:`offrl.rollout.collect_steps`); return D4RL-layout arrays."""
+    """Run the stochastic ``policy`` (a :class:`offrl.collect.zoo.BehaviorPolicy` or
+    ``DiscreteBehaviorPolicy``) for ``size`` steps in total over ``num_envs`` envs
+    (:func:`offrl.rollout.collect_steps`); return D4RL-layout arrays. The policy acts through its
+    ``reproducible_rollout_policy(seed)``, so the same zoo, seed and packages build the same
+    arrays on any x86-64 host."""
     import jax
 
     from offrl.rollout import VectorEnv, collect_steps
@@ -81,7 +84,7 @@ def collect_with_policy(env_id: str, policy, size: int, seed: int, num_envs: int
     budgets = [size // num_envs + (1 if i < size % num_envs else 0) for i in range(num_envs)]
     env = VectorEnv(env_id, num_envs)
     try:
-        return collect_steps(env, policy.rollout_policy(stochastic=True), policy.params, budgets, seed,
+        return collect_steps(env, policy.reproducible_rollout_policy(seed), policy.params, budgets, seed,
                              jax.random.PRNGKey(seed), progress=progress)
     finally:
         env.close()

@@ -19,6 +19,7 @@ density minus ``sum(log((high - low) / 2))``.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,33 @@ def write_json(path: Path, data: dict) -> None:
 
 
 # ---------------------------------------------------------------------- policies
+def exact_dense(x: np.ndarray, kernel, bias) -> np.ndarray:
+    """``x @ kernel + bias`` in float64 with one fixed order of operations: each product and each
+    partial sum is a single IEEE-754 operation in NumPy's own loops (no BLAS kernel chosen by the
+    processor, no fused multiply-add), so every x86-64 host computes the same bits."""
+    x = np.asarray(x, np.float64)
+    return np.sum(x[:, :, None] * np.asarray(kernel, np.float64)[None], axis=1) + np.asarray(bias, np.float64)
+
+
+def exact_mlp(x: np.ndarray, layers: dict) -> np.ndarray:
+    """A Flax ``MLP``'s ``Dense_0 .. Dense_k`` (ReLU between, none after the last) by :func:`exact_dense`."""
+    names = sorted(layers, key=lambda n: int(n.split("_")[1]))
+    for i, name in enumerate(names):
+        x = exact_dense(x, layers[name]["kernel"], layers[name]["bias"])
+        if i + 1 < len(names):
+            x = np.maximum(x, 0.0)
+    return x
+
+
+def _libm(fn):
+    # The C library's scalar functions (Python's ``math``), not NumPy's SIMD kernels, whose float64
+    # exp/log/tanh are chosen by the processor's instruction set and may differ in the last bit.
+    return np.vectorize(fn, otypes=[np.float64])
+
+
+_exp, _log1p, _tanh = _libm(math.exp), _libm(math.log1p), _libm(math.tanh)
+
+
 @dataclass
 class BehaviorPolicy:
     """A tanh-Gaussian SAC actor (:func:`offrl.algos.sac.make_actor`) with the env's action bounds,
@@ -102,6 +130,37 @@ class BehaviorPolicy:
         def act(params, carry, obs, key):
             actions, log_probs, mean, std = self._sample(params, obs, key)
             return actions, carry, {"action_log_probs": log_probs, "action_mean": mean, "action_std": std}
+
+        return act
+
+    def reproducible_rollout_policy(self, seed: int):
+        """The stochastic :meth:`rollout_policy` computed so that any x86-64 host gives the same
+        bits: the actor in float64 by :func:`exact_mlp`, ``exp``/``tanh`` from the C library and the
+        Gaussian noise from NumPy's ``Generator(PCG64(seed))``; the env receives the float32
+        rounding of the action. XLA's code for the jitted actor depends on the processor (vector
+        width, fused multiply-add), and one flipped bit in a chaotic MuJoCo rollout changes the
+        rest of the episode, so tier datasets built with :meth:`rollout_policy` differ between
+        hosts. The key passed by the rollout loop is not used."""
+        from offrl.nets import LOG_STD_MAX, LOG_STD_MIN
+
+        rng = np.random.Generator(np.random.PCG64(seed))
+        low, high = self.action_low.astype(np.float64), self.action_high.astype(np.float64)
+        log_scale, half_log_2pi, log_2 = self.log_scale, 0.5 * math.log(2.0 * math.pi), math.log(2.0)
+
+        def act(params, carry, obs, key):
+            h = exact_mlp(obs, params["MLP_0"])
+            h = np.maximum(h, 0.0)
+            mean = exact_dense(h, params["Dense_0"]["kernel"], params["Dense_0"]["bias"])
+            log_std = np.clip(exact_dense(h, params["Dense_1"]["kernel"], params["Dense_1"]["bias"]), LOG_STD_MIN, LOG_STD_MAX)
+            std = _exp(log_std)
+            eps = rng.standard_normal(mean.shape)
+            u = mean + std * eps
+            softplus = np.maximum(-2.0 * u, 0.0) + _log1p(_exp(-np.abs(-2.0 * u)))
+            log_probs = (np.sum(-0.5 * eps * eps - log_std - half_log_2pi, axis=-1)
+                         - np.sum(2.0 * (log_2 - u - softplus), axis=-1) - log_scale)
+            actions = low + (_tanh(u) + 1.0) * (high - low) / 2.0
+            return actions, carry, {"action_log_probs": log_probs.astype(np.float32), "action_mean": mean.astype(np.float32),
+                                    "action_std": std.astype(np.float32)}
 
         return act
 
@@ -167,6 +226,25 @@ class DiscreteBehaviorPolicy:
 
         def act(params, carry, obs, key):
             actions, log_probs, greedy = (np.asarray(x) for x in self._sample(params, obs, key))
+            return actions[:, None], carry, {"action_log_probs": log_probs, "greedy_actions": greedy}
+
+        return act
+
+    def reproducible_rollout_policy(self, seed: int):
+        """The epsilon-greedy :meth:`rollout_policy` computed so that any x86-64 host gives the
+        same actions: the Q-network in float64 by :func:`exact_mlp` and the exploration draws from
+        NumPy's ``Generator(PCG64(seed))``. The key passed by the rollout loop is not used."""
+        rng = np.random.Generator(np.random.PCG64(seed))
+        n, eps = self.num_actions, float(self.epsilon)
+        mlp = self.params["params"]["VmapDiscreteHead_0"]["MLP_0"]  # one head: its leading axis has size 1
+        layers = {name: {k: np.asarray(v)[0] for k, v in layer.items()} for name, layer in mlp.items()}
+
+        def act(params, carry, obs, key):
+            q = exact_mlp(obs, layers)
+            greedy = q.argmax(-1)
+            explore = rng.random(greedy.shape) < eps
+            actions = np.where(explore, rng.integers(0, n, greedy.shape), greedy)
+            log_probs = np.log((1.0 - eps) * (actions == greedy) + eps / n).astype(np.float32)
             return actions[:, None], carry, {"action_log_probs": log_probs, "greedy_actions": greedy}
 
         return act

@@ -124,3 +124,46 @@ def test_wrong_env_and_tier_are_one_sentence_errors(pendulum_zoo, tmp_path):
         build_tier_dataset(pendulum_zoo, "mediocre", size=10)
     with pytest.raises(ConfigError, match="no zoo.json"):
         build_tier_dataset(tmp_path, "medium", size=10)
+
+
+def test_reproducible_policy_is_the_actor_in_float64(pendulum_zoo):
+    """The host-independent sampler (float64, NumPy's own loops) computes the jitted actor's
+    mean and std, and its log-probs are the density of the actions it returns."""
+    import jax
+
+    index = load_zoo_index(pendulum_zoo)
+    policy = load_policy(pendulum_zoo, select_snapshots(index)["medium"]["step"])
+    obs = np.random.default_rng(0).normal(size=(16, policy.obs_dim))
+    act = policy.reproducible_rollout_policy(seed=5)
+    actions, _, extras = act(policy.params, None, obs, None)
+    mean, log_std = policy.actor_def.apply({"params": policy.params}, jax.numpy.asarray(obs, jax.numpy.float32))
+    np.testing.assert_allclose(extras["action_mean"], np.asarray(mean), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(extras["action_std"], np.exp(np.asarray(log_std)), rtol=1e-5)
+    np.testing.assert_allclose(extras["action_log_probs"], policy.log_prob(obs, actions.astype(np.float32)), rtol=1e-3, atol=1e-3)
+    assert np.all((actions >= policy.action_low) & (actions <= policy.action_high))
+    again, _, _ = policy.reproducible_rollout_policy(seed=5)(policy.params, None, obs, None)
+    other, _, _ = policy.reproducible_rollout_policy(seed=6)(policy.params, None, obs, None)
+    assert np.array_equal(actions, again) and not np.allclose(actions, other)
+
+
+def test_tier_is_the_same_whatever_code_the_processor_is_given(pendulum_zoo, tmp_path):
+    """A host with other vector instructions builds the same tier, bit for bit: emulated here by a
+    subprocess whose XLA may use nothing beyond SSE4.2 and whose NumPy may not use AVX/AVX2/FMA.
+    With the jitted actor (``rollout_policy``) the two builds differ."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys, numpy as np\nfrom offrl.collect.tiers import build_tier_dataset\n"
+              "ds = build_tier_dataset(sys.argv[1], 'medium', size=300, seed=3, env_id='Pendulum-v1', num_envs=2)\n"
+              "np.savez(sys.argv[2], observations=ds.observations, actions=ds.actions, "
+              "log_probs=ds.infos['action_log_probs'])\n")
+    env = {**os.environ, "XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2", "NPY_DISABLE_CPU_FEATURES": "AVX2 FMA3 F16C AVX",
+           "JAX_PLATFORMS": "cpu"}
+    subprocess.run([sys.executable, "-c", script, str(pendulum_zoo), str(tmp_path / "other.npz")], env=env, check=True,
+                   capture_output=True)
+    other = np.load(tmp_path / "other.npz")
+    ds = build_tier_dataset(pendulum_zoo, "medium", size=300, seed=3, env_id="Pendulum-v1", num_envs=2)
+    assert np.array_equal(other["observations"], ds.observations)
+    assert np.array_equal(other["actions"], ds.actions)
+    assert np.array_equal(other["log_probs"], ds.infos["action_log_probs"])
