@@ -1,0 +1,94 @@
+"""Regenerate the `--budget cpu` table in the README from the finished cells under
+``benchmarks/results/cpu-table`` (``cpu_table.sh`` commits each cell as it finishes):
+
+    python benchmarks/cpu_table_readme.py            # rewrites results.md/results.csv and the README's table
+
+The README's table sits between ``<!-- cpu-table:begin -->`` and ``<!-- cpu-table:end -->``: one
+row per dataset, one column per algorithm, each cell the last evaluation's normalized score
+(mean ± std over seeds) and its wall time, unfinished cells as ``-``. Nothing else in the README
+is touched; a README without both markers is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- cpu-table:begin -->", "<!-- cpu-table:end -->"
+
+
+def finished_cells(folder: Path) -> tuple[dict, list[dict]]:
+    """The table's ``benchmark.json`` record and its finished cells, in the table's order."""
+    record = json.loads((folder / "benchmark.json").read_text())
+    order = [(e, t, a) for e in record["envs"] for t in record["tiers"] for a in record["algos"]]
+    cells = []
+    for env, tier, algo in order:
+        path = folder / "cells" / f"{env}-{tier}-{algo}" / "cell.json"
+        if path.exists():
+            cells.append(json.loads(path.read_text()))
+    return record, cells
+
+
+def readme_table(record: dict, cells: list[dict]) -> str:
+    """The README's block: the budget in words, then score ± std (wall time) per cell."""
+    algos = list(record["algos"])
+    by = {(c["env"], c["tier"], c["algo"]): c for c in cells}
+    total = len(record["envs"]) * len(record["tiers"]) * len(algos)
+    steps = {a: record.get("algo_steps", {}).get(a, record["steps"]) for a in algos}
+    settings = "; ".join(f"{a.upper()} " + ", ".join(f"{k}={v}" for k, v in sorted(s.items()))
+                         for a, s in sorted(record.get("overrides", {}).items()) if s)
+    wall = sum(c["wall_s"] for c in cells)
+    lines = [f"{len(cells)} of {total} cells finished ({wall / 3600:.1f} h of wall time so far). Normalized score at the "
+             f"last evaluation, mean ± std over {record['seeds']} seeds (vmapped), and the cell's wall time in minutes "
+             f"(training, evaluation and compilation of all seeds). Updates: "
+             + ", ".join(f"{a.upper()} {s // 1000}k" for a, s in steps.items())
+             + (f"; settings other than the defaults: {settings}" if settings else "") + ".", "",
+             "| dataset | " + " | ".join(a.upper() for a in algos) + " |", "|---|" + "---|" * len(algos)]
+    for env in record["envs"]:
+        for tier in record["tiers"]:
+            row = []
+            for algo in algos:
+                c = by.get((env, tier, algo))
+                row.append("-" if c is None or c.get("last_mean") is None
+                           else f"{c['last_mean']:.1f} ± {c['last_std']:.1f} ({c['wall_s'] / 60:.0f} min)")
+            lines.append(f"| {env}-{tier} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def replace_block(text: str, block: str, where: str) -> str:
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise SystemExit(f"error: {where} must hold exactly one {BEGIN} ... {END} block; add the two markers where the table goes.")
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--table", default=str(ROOT / "benchmarks" / "results" / "cpu-table"))
+    p.add_argument("--readme", default=str(ROOT / "README.md"))
+    args = p.parse_args(argv)
+    from offrl.benchmark import write_table
+
+    folder, readme = Path(args.table), Path(args.readme)
+    if not (folder / "benchmark.json").exists():
+        print(f"error: {folder} has no benchmark.json; run benchmarks/cpu_table.sh first.", file=sys.stderr)
+        return 2
+    record, cells = finished_cells(folder)
+    try:
+        text = replace_block(readme.read_text(), readme_table(record, cells), str(readme))
+    except SystemExit as e:
+        print(e, file=sys.stderr)
+        return 2
+    if cells:
+        write_table(cells, folder)
+    readme.write_text(text)
+    print(f"{len(cells)} cells; {readme} and {folder / 'results.md'} rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

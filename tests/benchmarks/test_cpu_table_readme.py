@@ -1,0 +1,55 @@
+"""``benchmarks/cpu_table_readme.py``: the README's table is rebuilt from the finished cells only,
+between its markers, and a README without them is refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("cpu_table_readme", ROOT / "benchmarks" / "cpu_table_readme.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["cpu_table_readme"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _table(tmp_path: Path) -> Path:
+    folder = tmp_path / "table"
+    record = {"envs": ["hopper"], "tiers": ["medium", "medium-replay"], "algos": ["bc", "cql"], "seeds": 3, "steps": 30000,
+              "algo_steps": {"cql": 20000}, "overrides": {"cql": {"hidden_dims": "128,128"}}}
+    (folder / "cells" / "hopper-medium-cql").mkdir(parents=True)
+    (folder / "benchmark.json").write_text(json.dumps(record))
+    cell = {"env": "hopper", "tier": "medium", "algo": "cql", "seeds": 3, "steps": 20000, "settings": {"hidden_dims": "128,128"},
+            "metric": "eval/normalized_score", "last_step": 20000, "last_mean": 51.25, "last_std": 3.0, "best_step": 15000,
+            "best_mean": 55.0, "best_std": 2.0, "wall_s": 600.0, "updates_per_s": 100.0, "dataset": "x"}
+    (folder / "cells" / "hopper-medium-cql" / "cell.json").write_text(json.dumps(cell))
+    return folder
+
+
+def test_readme_table_holds_finished_cells_and_nothing_else(tmp_path):
+    folder = _table(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("# title\n\nbefore\n<!-- cpu-table:begin -->\nold table\n<!-- cpu-table:end -->\nafter\n")
+    assert _module().main(["--table", str(folder), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("# title\n\nbefore\n<!-- cpu-table:begin -->\n1 of 4 cells finished") and text.endswith("<!-- cpu-table:end -->\nafter\n")
+    assert "old table" not in text
+    assert "| hopper-medium | - | 51.2 ± 3.0 (10 min) |" in text
+    assert "| hopper-medium-replay | - | - |" in text
+    assert "BC 30k, CQL 20k; settings other than the defaults: CQL hidden_dims=128,128." in text
+    assert (folder / "results.md").exists() and (folder / "results.csv").exists()
+
+
+def test_readme_without_markers_is_refused_and_kept(tmp_path, capsys):
+    folder = _table(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("no markers here\n")
+    assert _module().main(["--table", str(folder), "--readme", str(readme)]) == 2
+    assert "must hold exactly one <!-- cpu-table:begin -->" in capsys.readouterr().err
+    assert readme.read_text() == "no markers here\n"
