@@ -150,6 +150,89 @@ def test_peer_runs_beside_finished_cells_and_is_tabulated(bench, tmp_path):
     assert rows[0]["peer"] == "d3rlpy" and float(rows[0]["peer_last_mean"]) == 42.0 and float(rows[0]["peer_wall_s"]) == 12.0
 
 
+# offrl field -> d3rlpy config field, for each algorithm the driver maps (values must be equal)
+D3RLPY_FIELDS = {
+    "rebrac": {"actor_lr": "actor_learning_rate", "critic_lr": "critic_learning_rate", "batch_size": "batch_size",
+               "discount": "gamma", "tau": "tau", "num_qs": "n_critics", "policy_noise": "target_smoothing_sigma",
+               "noise_clip": "target_smoothing_clip", "policy_delay": "update_actor_interval",
+               "actor_bc_weight": "actor_beta", "critic_bc_weight": "critic_beta"},
+    "crr": {"actor_lr": "actor_learning_rate", "critic_lr": "critic_learning_rate", "batch_size": "batch_size",
+            "discount": "gamma", "num_qs": "n_critics", "advantage_temperature": "beta", "max_weight": "max_weight",
+            "num_action_samples": "n_action_samples", "advantage_type": "advantage_type", "weight_type": "weight_type",
+            "target_update_interval": "target_update_interval"},
+    "bear": {"actor_lr": "actor_learning_rate", "critic_lr": "critic_learning_rate", "vae_lr": "imitator_learning_rate",
+             "alpha_lr": "alpha_learning_rate", "batch_size": "batch_size", "discount": "gamma", "tau": "tau",
+             "num_qs": "n_critics", "kl_weight": "vae_kl_weight", "lmbda": "lam", "num_target_samples": "n_target_samples",
+             "num_mmd_samples": "n_mmd_action_samples", "mmd_kernel": "mmd_kernel", "mmd_sigma": "mmd_sigma",
+             "mmd_epsilon": "alpha_threshold", "initial_alpha": "initial_alpha", "warmup_steps": "warmup_steps"},
+    "plas": {"actor_lr": "actor_learning_rate", "critic_lr": "critic_learning_rate", "vae_lr": "imitator_learning_rate",
+             "batch_size": "batch_size", "discount": "gamma", "tau": "tau", "num_qs": "n_critics", "lmbda": "lam",
+             "kl_weight": "beta", "warmup_steps": "warmup_steps"},
+}
+
+
+def _d3rlpy_driver():
+    import importlib.util
+
+    from offrl.peers import driver_path
+
+    spec = importlib.util.spec_from_file_location("d3rlpy_driver", driver_path("d3rlpy"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("algo", sorted(D3RLPY_FIELDS))
+def test_d3rlpy_driver_maps_offrl_default_config(algo):
+    """The driver's d3rlpy config for offrl's default config of the algorithm (as ``peer_request``
+    sends it: the run folder's ``config.json`` form) has offrl's values, networks and the settings
+    it cannot match named in ``unmatched``."""
+    pytest.importorskip("d3rlpy")
+    import importlib
+
+    import numpy as np
+
+    from offrl.algos.common import config_to_dict
+    from offrl.peers import PEER_ALGOS
+
+    assert algo in PEER_ALGOS["d3rlpy"]
+    cfg = json.loads(json.dumps(config_to_dict(importlib.import_module(f"offrl.algos.{algo}").Config())))
+    driver = _d3rlpy_driver()
+    built, unmatched = driver.build_algo(algo, cfg, 1000, 1.0, -np.ones(3), np.ones(3))
+    d3 = built.config
+    assert {k: getattr(d3, v) for k, v in D3RLPY_FIELDS[algo].items()} == {k: cfg[k] for k in D3RLPY_FIELDS[algo]}
+    assert d3.actor_encoder_factory.hidden_units == d3.critic_encoder_factory.hidden_units == cfg["hidden_dims"]
+    if "vae_hidden_dims" in cfg:
+        assert d3.imitator_encoder_factory.hidden_units == cfg["vae_hidden_dims"]
+    assert d3.observation_scaler is None and d3.reward_scaler is None   # offrl's defaults: neither
+    built.create_impl((11,), 3)                                         # the networks build
+    if algo == "rebrac":
+        assert d3.critic_encoder_factory.use_layer_norm and not d3.actor_encoder_factory.use_layer_norm
+        assert unmatched == []
+        _, unmatched = driver.build_algo(algo, {**cfg, "normalize_q": False}, 1000, 1.0, -np.ones(3), np.ones(3))
+        assert [u.split(" ")[0] for u in unmatched] == ["normalize_q=False"]
+    elif algo == "crr":
+        assert d3.target_update_type == "hard" and [u.split(" ")[0] for u in unmatched] == ["act"]
+        soft, unmatched = driver.build_algo(algo, {**cfg, "target_update_interval": None, "num_qs": 2}, 1000, 1.0,
+                                            -np.ones(3), np.ones(3))
+        assert soft.config.target_update_type == "soft" and soft.config.tau == cfg["tau"]
+        assert [u.split(" ")[0] for u in unmatched] == ["num_qs=2", "act"]
+    elif algo == "bear":
+        assert d3.temp_learning_rate == 0.0 and d3.initial_temperature < 1e-12   # offrl's BEAR has no entropy term
+        # 1000 updates, all inside the 40k warm-up; the alpha learning rate d3rlpy ignores
+        assert [u.split(" ")[0] for u in unmatched] == ["alpha_lr=0.001", "alpha", "MMD", "act"]
+        _, unmatched = driver.build_algo(algo, {**cfg, "warmup_steps": 0, "alpha_lr": cfg["actor_lr"], "latent_dim": 4},
+                                         1000, 1.0, -np.ones(3), np.ones(3))
+        assert [u.split(" ")[0] for u in unmatched] == ["latent_dim=4", "MMD", "MMD", "act"]
+    else:
+        assert [u.split(" ")[0] for u in unmatched] == ["critic"]
+        scaled, unmatched = driver.build_algo(algo, {**cfg, "max_latent_action": 3.0, "warmup_steps": 0,
+                                                     "normalize_observations": True}, 1000, 2.0, -np.ones(3), np.ones(3))
+        assert [u.split(" ")[0] for u in unmatched] == ["max_latent_action=3.0"]
+        assert type(scaled.config.observation_scaler).__name__ == "StandardObservationScaler"
+        assert scaled.config.reward_scaler.multiplier == 2.0
+
+
 @pytest.mark.parametrize("argv,env,needle", [
     (["--peer", "d3rlpy"], None, "--peer d3rlpy needs a Python that has d3rlpy installed: pass --peer-python PATH"),
     (["--peer", "d3rlpy"], "/no/such/python", "OFFRL_PEER_PYTHON '/no/such/python' is not an executable file"),

@@ -11,7 +11,7 @@ from pathlib import Path
 #: peer name -> driver script shipped next to this file.
 PEERS = {"d3rlpy": "d3rlpy_driver.py"}
 #: algorithms each peer's driver can run.
-PEER_ALGOS = {"d3rlpy": ("bc", "bcq", "cql", "iql", "td3", "td3_bc", "awac")}
+PEER_ALGOS = {"d3rlpy": ("bc", "bcq", "cql", "iql", "td3", "td3_bc", "awac", "rebrac", "crr", "bear", "plas")}
 
 
 def driver_path(peer: str) -> Path:

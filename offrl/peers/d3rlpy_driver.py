@@ -6,12 +6,13 @@
 
 This file imports neither offrl nor JAX: only numpy, h5py, gymnasium and d3rlpy (2.x), so it
 runs in a virtualenv that has d3rlpy and nothing of ours. It reads the D4RL-layout HDF5 file
-(``observations, actions, rewards, terminals, timeouts``), builds d3rlpy's algorithm with the
-sizes of offrl's resolved config (the request's ``config``: hidden sizes, learning rates, batch
-size, discount, target rate, critics, the algorithm's own coefficients, observation
-normalization and the same reward multiplier), trains ``steps`` updates per seed (seeds one
-after another), evaluates the deterministic policy every ``eval_every`` updates for
-``eval_episodes`` Gymnasium episodes, and prints one JSON object on stdout::
+(``observations, actions, rewards, terminals, timeouts``), builds d3rlpy's algorithm (bc, bcq,
+cql, iql, td3, td3_bc, awac, rebrac, crr, bear or plas) with the sizes of offrl's resolved
+config (the request's ``config``: hidden sizes, learning rates, batch size, discount, target
+rate, critics, the algorithm's own coefficients, observation normalization and the same reward
+multiplier), trains ``steps`` updates per seed (seeds one after another), evaluates d3rlpy's
+greedy policy (``predict``) every ``eval_every`` updates for ``eval_episodes`` Gymnasium
+episodes, and prints one JSON object on stdout::
 
     {"last_mean", "last_std", "best_mean", "best_std", "last_step", "best_step", "metric",
      "wall_s", "curve": [[step, mean, std], ...], "per_seed_last": [...], "unmatched": [...],
@@ -19,8 +20,10 @@ after another), evaluates the deterministic policy every ``eval_every`` updates 
 
 Scores are normalized with the request's ``references`` (``100 (R - R_random) / (R_expert -
 R_random)``); mean ± std over seeds (population std, as offrl's table). ``unmatched`` names each
-offrl setting d3rlpy has no counterpart for. PyTorch runs ``torch_threads`` intra-op threads
-(default 1: on a small shared CPU more threads oversubscribe it; see benchmarks/README.md).
+offrl setting d3rlpy has no counterpart for, and each way d3rlpy's algorithm departs from
+offrl's that no setting controls (how CRR and BEAR act, BEAR's MMD, PLAS's warm-up). PyTorch
+runs ``torch_threads`` intra-op threads (default 1: on a small shared CPU more threads
+oversubscribe it; see benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -122,8 +125,67 @@ def build_algo(name: str, cfg: dict, steps: int, reward_multiplier: float, low, 
             lam=cfg["lam"], **rl, **common)
         if not cfg.get("normalize_weights", True) or cfg.get("max_weight") not in (None, 100.0):
             unmatched.append("AWAC weight normalisation/clipping")
+    elif name == "rebrac":
+        if not cfg.get("normalize_q", True):
+            unmatched.append("normalize_q=False (d3rlpy always divides the actor's Q by mean|Q|)")
+        # both sum the BC terms over action dimensions and put beta on the BC term, lambda = 1/mean|Q| on Q;
+        # d3rlpy's LayerNorm follows the ReLU (as the authors'), offrl's precedes it
+        config = d3rlpy.algos.ReBRACConfig(
+            actor_learning_rate=cfg["actor_lr"], critic_learning_rate=cfg["critic_lr"],
+            actor_encoder_factory=mlp(cfg["hidden_dims"]),
+            critic_encoder_factory=VectorEncoderFactory(hidden_units=list(cfg["hidden_dims"]),
+                                                        use_layer_norm=bool(cfg.get("critic_layer_norm", True))),
+            target_smoothing_sigma=cfg["policy_noise"], target_smoothing_clip=cfg["noise_clip"],
+            update_actor_interval=cfg["policy_delay"], actor_beta=cfg["actor_bc_weight"], critic_beta=cfg["critic_bc_weight"],
+            **rl, **common)
+    elif name == "crr":
+        hard = cfg.get("target_update_interval") is not None
+        # beta divides the advantage in both (exp(A / beta)): offrl's advantage_temperature, not an inverse one
+        config = d3rlpy.algos.CRRConfig(
+            actor_learning_rate=cfg["actor_lr"], critic_learning_rate=cfg["critic_lr"],
+            actor_encoder_factory=mlp(cfg["hidden_dims"]), critic_encoder_factory=mlp(cfg["hidden_dims"]),
+            beta=cfg["advantage_temperature"], n_action_samples=cfg["num_action_samples"], advantage_type=cfg["advantage_type"],
+            weight_type=cfg["weight_type"], max_weight=cfg["max_weight"], target_update_type="hard" if hard else "soft",
+            target_update_interval=int(cfg["target_update_interval"]) if hard else 1, **rl, **common)
+        if cfg.get("num_qs", 1) > 1:
+            unmatched.append(f"num_qs={cfg['num_qs']} in the advantage (d3rlpy averages the critics, offrl takes their min)")
+        unmatched.append("act (d3rlpy resamples m policy actions by softmax Q, offrl acts with the policy mean)")
+    elif name == "bear":
+        # d3rlpy's BEAR is SAC's actor plus the MMD; offrl's has no entropy term, so the temperature is held at ~0
+        config = d3rlpy.algos.BEARConfig(
+            actor_learning_rate=cfg["actor_lr"], critic_learning_rate=cfg["critic_lr"], imitator_learning_rate=cfg["vae_lr"],
+            alpha_learning_rate=cfg["alpha_lr"], temp_learning_rate=0.0, initial_temperature=1e-20,
+            actor_encoder_factory=mlp(cfg["hidden_dims"]), critic_encoder_factory=mlp(cfg["hidden_dims"]),
+            imitator_encoder_factory=mlp(cfg["vae_hidden_dims"]), vae_kl_weight=cfg["kl_weight"], lam=cfg["lmbda"],
+            n_target_samples=cfg["num_target_samples"], n_mmd_action_samples=cfg["num_mmd_samples"],
+            mmd_kernel=cfg["mmd_kernel"], mmd_sigma=cfg["mmd_sigma"], alpha_threshold=cfg["mmd_epsilon"],
+            initial_alpha=cfg["initial_alpha"], warmup_steps=cfg["warmup_steps"], **rl, **common)
+        if cfg["alpha_lr"] != cfg["actor_lr"]:
+            unmatched.append(f"alpha_lr={cfg['alpha_lr']} (d3rlpy 2.8.1 steps log alpha at actor_learning_rate)")
+        if cfg.get("latent_dim") is not None:
+            unmatched.append(f"latent_dim={cfg['latent_dim']} (d3rlpy uses 2 x action_dim)")
+        if cfg["warmup_steps"] > 0:
+            unmatched.append("alpha during the warm-up (d3rlpy holds it at initial_alpha, offrl learns it)")
+        if steps > cfg["warmup_steps"]:
+            # its alpha step back-propagates -MMD into the policy too, so the policy's net MMD gradient is 0
+            unmatched.append("MMD after the warm-up (d3rlpy 2.8.1's alpha step cancels the MMD's gradient in the policy)")
+        unmatched.append("MMD on pre-tanh samples in d3rlpy (as the authors'), on actions in offrl")
+        unmatched.append("act (d3rlpy takes the best of 100 policy samples by Q, offrl acts with tanh(mean))")
+    elif name == "plas":
+        config = d3rlpy.algos.PLASConfig(
+            actor_learning_rate=cfg["actor_lr"], critic_learning_rate=cfg["critic_lr"], imitator_learning_rate=cfg["vae_lr"],
+            actor_encoder_factory=mlp(cfg["hidden_dims"]), critic_encoder_factory=mlp(cfg["hidden_dims"]),
+            imitator_encoder_factory=mlp(cfg["vae_hidden_dims"]), lam=cfg["lmbda"], beta=cfg["kl_weight"],
+            warmup_steps=cfg["warmup_steps"], **rl, **common)
+        if cfg.get("max_latent_action", 2.0) != 2.0:
+            unmatched.append(f"max_latent_action={cfg['max_latent_action']} (d3rlpy's is 2)")
+        if cfg.get("latent_dim") is not None:
+            unmatched.append(f"latent_dim={cfg['latent_dim']} (d3rlpy uses 2 x action_dim)")
+        if cfg["warmup_steps"] > 0:
+            unmatched.append("critic during the warm-up (d3rlpy trains only the VAE, offrl the critic too)")
     else:
-        raise SystemExit(f"the d3rlpy driver has no mapping for algorithm '{name}'; it knows bc, bcq, cql, iql, td3, td3_bc, awac.")
+        raise SystemExit(f"the d3rlpy driver has no mapping for algorithm '{name}'; "
+                         f"it knows bc, bcq, cql, iql, td3, td3_bc, awac, rebrac, crr, bear, plas.")
     return config.create(device="cpu:0"), unmatched
 
 
