@@ -7,15 +7,21 @@ from offrl.collect.tiers import build_tier_dataset
 from offrl.data.doctor import inspect_dataset
 from offrl.data.doctor.tier import KINDS_OF_TIER
 
-KIND_OF = {"random": "random actions", "medium": "one policy", "medium-expert": "mixture of policies",
-           "expert": "one policy"}
+# medium-expert: this zoo's medium and expert snapshots differ by less than one episode's spread of
+# Pendulum returns, so 20 episodes cannot tell two blocks from a gradual rise: over seeds 0-7 the
+# doctor said "mixture of policies" for 5 of 8 tiers collected by the jitted actor and 2 of 8 by the
+# host-independent one (6 of 8 at 8000 rows). Here it must see that the behaviour changes along the
+# file (either kind that says so); telling the two apart is tested on the MuJoCo tiers, whose
+# policies differ clearly (tests/data/test_doctor_mujoco_tiers.py).
+KIND_OF = {"random": ("random actions",), "medium": ("one policy",), "medium-expert": ("mixture of policies", "learning history"),
+           "expert": ("one policy",)}
 
 
 @pytest.mark.parametrize("tier", sorted(KIND_OF))
 def test_collected_tiers_are_classified_by_kind(pendulum_zoo, tier):
     ds = build_tier_dataset(pendulum_zoo, tier, size=4000, seed=0, env_id="Pendulum-v1", num_envs=4)
     report = inspect_dataset(ds)
-    assert report["tier"]["kind"] == KIND_OF[tier], report["tier"]["reasons"]
+    assert report["tier"]["kind"] in KIND_OF[tier], report["tier"]["reasons"]
     assert report["reference_returns"]["source"].startswith("measured in the zoo")
 
 
