@@ -66,16 +66,10 @@ def fitted_model(dataset, settings, seed: int = 0):
 def _member_step(model, observations, actions, key):
     """One step of every elite on its own rows: ``observations (E, R, d)`` -> next, rewards, terminals."""
     import jax
-    import jax.numpy as jnp
 
     from offrl import dynamics as dyn
 
-    E, R, d = observations.shape
-    mean, std, terminal_prob = dyn.predict(model, observations.reshape(E * R, d), actions.reshape(E * R, -1))
-    m = model.elites
-    mean = mean[m].reshape(E, E, R, -1)[jnp.arange(E), jnp.arange(E)]  # elite e on its own rows
-    std = std[m].reshape(E, E, R, -1)[jnp.arange(E), jnp.arange(E)]
-    prob = terminal_prob[m].reshape(E, E, R)[jnp.arange(E), jnp.arange(E)]
+    mean, std, prob = dyn.predict_elites(model, observations, actions)
     sample = mean + std * jax.random.normal(key, mean.shape)
     next_obs, rewards = dyn.clip_to_data(model, observations + sample[..., :-1], sample[..., -1])
     fn = dyn.terminal_function(model)
