@@ -63,6 +63,18 @@ def fitted_model(dataset, settings, seed: int = 0):
     return model
 
 
+def fit_record(model) -> dict:
+    """What a report keeps of a fitted ensemble: ``epochs``, the elites, each member's
+    held-out MSE and the elites' mean (``holdout_mse``), on the standardised targets ``(s' - s, r)``
+    (1.0: no better than predicting the training mean), the settings, and ``rollout_seconds`` per
+    policy (filled as the policies are rolled out)."""
+    mse = np.asarray(model.holdout_mse, np.float64)
+    elites = np.asarray(model.elites)
+    return {"epochs": int(model.epochs), "elites": elites.tolist(),
+            "holdout_mse": float(mse[elites].mean()), "holdout_mse_members": mse.tolist(),
+            "settings": dataclasses.asdict(model.settings), "rollout_seconds": {}}
+
+
 def _member_step(model, observations, actions, key):
     """One step of every elite on its own rows: ``observations (E, R, d)`` -> next, rewards, terminals."""
     import jax
