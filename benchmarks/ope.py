@@ -28,14 +28,20 @@ is an unbiased sample of ``Q^b(s, a)``, so ``mean Q / mean G`` (all rows, and th
 must reach 1. One curve per FQE setting (the old defaults and each candidate fix alone: target
 rate, hard copies, return scaling, learning rate, width), every 1000 steps.
 
-``dope``: the DOPE protocol (Fu et al. 2021). Base policies (one run per ``algo=steps``: BC,
-TD3+BC, IQL, CQL at several budgets), each evaluated at several target stds (the same mean
-action with Gaussian action noise of that size), checked pairwise distinct on dataset
-observations; every estimator against rolled-out true values, with mean absolute error,
-Spearman and regret@1 (also as fractions of the set's value range) and 2.5-97.5% intervals over
-random subsets of two thirds of the policies; FQE trained until flat (``--fqe-seeds`` critics per
-policy), its curve plotted. A candidate whose FQE diverged (``offrl.ope.fqe.diverged``) keeps its
-frozen estimate; the metrics are given over all candidates and over the others, and regret@1 is
+``dope``: the DOPE protocol (Fu et al. 2021). Base policies (one run per ``algo=steps``, trained on
+the whole dataset: BC, TD3+BC, IQL at two budgets, CQL with 64 x 64 networks and no BC warm-up,
+``--candidate-set``), each evaluated at several target stds (the same mean action with Gaussian
+action noise of that size), checked pairwise distinct on dataset observations and rolled out in
+the env first (true values, returns and normalized scores). Then every estimator of
+``offrl.ope.evaluate_policies``, including ``model`` (the target policy rolled out in a dynamics
+ensemble fitted on the data, as ``offrl ope --estimators model`` does; its size and epoch cap from
+``--ensemble-size``, ``--num-elites``, ``--model-hidden-dims``, ``--model-max-epochs``), on the
+whole dataset or ``--ope-episodes`` whole episodes of it, against the true values: mean absolute
+error, Spearman and regret@1 (also as fractions of the set's value range) with 2.5-97.5% intervals
+over random subsets of two thirds of the policies, and model - FQE on the same subsets. FQE trains
+until flat (``--fqe-seeds`` critics per policy), its curve plotted; the ensemble's fit time, epochs
+and held-out error are reported. A candidate whose FQE diverged (``offrl.ope.fqe.diverged``) keeps
+its frozen estimate; the metrics are given over all candidates and over the others, and regret@1 is
 that of ``offrl select``'s choice, which leaves diverged candidates out.
 
 ``dope-replay``: the divergence rule and the stopping rule of ``train_until_flat`` applied, chunk by
@@ -48,6 +54,7 @@ Run::
 
     python benchmarks/ope.py curve --curve-steps 20000
     python benchmarks/ope.py dope --fqe-hidden 64,64
+    python benchmarks/ope.py dope --dataset benchmarks/data/tiers/hopper-medium-v0.hdf5 --tag hopper-medium   # benchmarks/README.md
     python benchmarks/ope.py dope-replay --from benchmarks/results/ope-dope-hopper-medium-20k-2026-12-01.json
     python benchmarks/ope.py speed --no-d3rlpy
     $D3RLPY_ENV/bin/python benchmarks/ope.py speed          # with d3rlpy (see benchmarks/README.md)
@@ -589,7 +596,9 @@ def run_dope(args) -> dict:
                       f"{curve['total_seconds']:.0f} s ({len(policies)} policies vmapped, {fqe.hidden_dims})")
     if model is not None:
         console.print(f"model: {model['settings']['ensemble_size']} members ({model['settings']['num_elites']} elites, "
-                      f"{model['settings']['model_hidden_dims']}), fit {model['epochs']} epochs in {model['fit_seconds']:.0f} s, held-out MSE "
+                      f"{model['settings']['model_hidden_dims']}), fit {model['epochs']} epochs "
+                      f"({'the cap' if model['epochs'] == model['settings']['model_max_epochs'] else 'early stopping'}) "
+                      f"in {model['fit_seconds']:.0f} s, held-out MSE "
                       f"of the elites {model['holdout_mse']:.4f} (standardised (s' - s, r); 1 = the mean); rollouts "
                       f"{sum(model['rollout_seconds'].values()):.0f} s for {len(policies)} candidates")
     total_s = time.perf_counter() - started
