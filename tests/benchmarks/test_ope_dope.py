@@ -91,3 +91,36 @@ def test_the_estimators_subsample_is_whole_episodes_and_the_candidate_settings_p
         "cql": {"hidden_dims": "64,64", "bc_warmup_steps": "0"}, "iql": {"expectile": "0.8"}}
     with pytest.raises(SystemExit, match="ALGO.FIELD=VALUE"):
         ope_bench.parse_candidate_settings("hidden_dims=64")
+
+
+def test_candidates_are_reused_only_when_trained_with_the_same_settings_on_the_same_data(tmp_path, monkeypatch, ope_bench):
+    """An export is reused by a later run with the same algorithm, steps, overrides and dataset, and trained
+    again when any of them differs (a stand-in trainer records the calls)."""
+    import offrl.checkpoint
+    import offrl.engine
+    from offrl.policy import save_numpy_policy
+
+    calls = []
+
+    def train(algo, dataset, steps, out, config_overrides=None, **kwargs):
+        calls.append((algo, steps, config_overrides))
+        return algo
+
+    def export(run, folder):
+        layers = [(np.full((3, 1), 0.1 * len(calls)), np.zeros(1))]
+        save_numpy_policy(folder, layers, np.zeros(3), np.ones(3), -np.ones(1), np.ones(1), {"algo": run})
+
+    monkeypatch.setattr(offrl.engine, "train", train)
+    monkeypatch.setattr(offrl.checkpoint, "export_numpy_policy", export)
+    ds, _ = _dataset(tmp_path)
+    console = type("Quiet", (), {"print": lambda self, *a, **k: None})()
+    run = lambda data, settings: ope_bench.dope_candidates(tmp_path / "work", data, "bc=10;cql=20", [0.1, 0.5], settings, console)  # noqa: E731
+    policies, bases = run(ds, {"cql": {"hidden_dims": "8,8"}})
+    assert [p.name for p in policies] == ["bc-10/std0.1", "bc-10/std0.5", "cql-20/std0.1", "cql-20/std0.5"]
+    assert calls == [("bc", 10, None), ("cql", 20, {"hidden_dims": "8,8"})] and bases["cql-20"]["overrides"] == {"hidden_dims": "8,8"}
+    run(ds, {"cql": {"hidden_dims": "8,8"}})
+    assert len(calls) == 2                                    # the same settings: both reused
+    run(ds, {"cql": {"hidden_dims": "4,4"}})
+    assert calls[2:] == [("cql", 20, {"hidden_dims": "4,4"})]  # other overrides: CQL only
+    run(ds.replace(source=str(tmp_path / "other.hdf5")), {"cql": {"hidden_dims": "4,4"}})
+    assert [c[0] for c in calls[3:]] == ["bc", "cql"]         # another dataset: both
