@@ -28,14 +28,20 @@ is an unbiased sample of ``Q^b(s, a)``, so ``mean Q / mean G`` (all rows, and th
 must reach 1. One curve per FQE setting (the old defaults and each candidate fix alone: target
 rate, hard copies, return scaling, learning rate, width), every 1000 steps.
 
-``dope``: the DOPE protocol (Fu et al. 2021). Base policies (one run per ``algo=steps``: BC,
-TD3+BC, IQL, CQL at several budgets), each evaluated at several target stds (the same mean
-action with Gaussian action noise of that size), checked pairwise distinct on dataset
-observations; every estimator against rolled-out true values, with mean absolute error,
-Spearman and regret@1 (also as fractions of the set's value range) and 2.5-97.5% intervals over
-random subsets of two thirds of the policies; FQE trained until flat (``--fqe-seeds`` critics per
-policy), its curve plotted. A candidate whose FQE diverged (``offrl.ope.fqe.diverged``) keeps its
-frozen estimate; the metrics are given over all candidates and over the others, and regret@1 is
+``dope``: the DOPE protocol (Fu et al. 2021). Base policies (one run per ``algo=steps``, trained on
+the whole dataset: BC, TD3+BC, IQL at two budgets, CQL with 64 x 64 networks and no BC warm-up,
+``--candidate-set``), each evaluated at several target stds (the same mean action with Gaussian
+action noise of that size), checked pairwise distinct on dataset observations and rolled out in
+the env first (true values, returns and normalized scores). Then every estimator of
+``offrl.ope.evaluate_policies``, including ``model`` (the target policy rolled out in a dynamics
+ensemble fitted on the data, as ``offrl ope --estimators model`` does; its size and epoch cap from
+``--ensemble-size``, ``--num-elites``, ``--model-hidden-dims``, ``--model-max-epochs``), on the
+whole dataset or ``--ope-episodes`` whole episodes of it, against the true values: mean absolute
+error, Spearman and regret@1 (also as fractions of the set's value range) with 2.5-97.5% intervals
+over random subsets of two thirds of the policies, and model - FQE on the same subsets. FQE trains
+until flat (``--fqe-seeds`` critics per policy), its curve plotted; the ensemble's fit time, epochs
+and held-out error are reported. A candidate whose FQE diverged (``offrl.ope.fqe.diverged``) keeps
+its frozen estimate; the metrics are given over all candidates and over the others, and regret@1 is
 that of ``offrl select``'s choice, which leaves diverged candidates out.
 
 ``dope-replay``: the divergence rule and the stopping rule of ``train_until_flat`` applied, chunk by
@@ -48,6 +54,7 @@ Run::
 
     python benchmarks/ope.py curve --curve-steps 20000
     python benchmarks/ope.py dope --fqe-hidden 64,64
+    python benchmarks/ope.py dope --dataset benchmarks/data/tiers/hopper-medium-v0.hdf5 --tag hopper-medium   # benchmarks/README.md
     python benchmarks/ope.py dope-replay --from benchmarks/results/ope-dope-hopper-medium-20k-2026-12-01.json
     python benchmarks/ope.py speed --no-d3rlpy
     $D3RLPY_ENV/bin/python benchmarks/ope.py speed          # with d3rlpy (see benchmarks/README.md)
@@ -67,11 +74,20 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# One BLAS thread for NumPy (unless set): the target policies are NumPy MLPs called on a few rows per env or
+# model step, where OpenBLAS's thread hand-off costs far more than the product on a busy 2-core machine
+# (measured at load 7: 16 ms vs 0.12 ms of CPU for 10 rows of an 11-256-256-3 policy; 1.5 vs 0.23 s for
+# 100 model-rollout steps from 20 starts). JAX and torch keep their own thread pools. Set before NumPy is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 OBS_DIM, ACTION_DIM, BATCH = 17, 6, 256
+#: ``dope``'s default base policies (each at every ``--noise`` std) and their config overrides.
+DOPE_CANDIDATES = "bc=500,5000;td3_bc=2000,10000;iql=2000,10000;cql=5000"
+DOPE_CANDIDATE_SETTINGS = "cql.hidden_dims=64,64;cql.bc_warmup_steps=0"
 
 
 # ---------------------------------------------------------------------- (a) trajectory estimators
@@ -403,30 +419,80 @@ def run_curve(args) -> dict:
 
 
 # ---------------------------------------------------------------------- DOPE protocol
-def dope_candidates(work: Path, dataset, spec: str, noise: list[float], console) -> list:
-    """Each ``algo=steps`` of ``spec`` trained as its own run (no resume: every checkpoint is its own
-    schedule), exported, then loaded once per target std in ``noise`` (the same mean action with
-    Gaussian action noise of that size, in [-1, 1] units)."""
+def parse_candidate_settings(text: str) -> dict[str, dict[str, str]]:
+    """``"cql.hidden_dims=64,64;cql.bc_warmup_steps=0"`` -> ``{"cql": {"hidden_dims": "64,64", "bc_warmup_steps": "0"}}``
+    (config fields of one algorithm, as ``offrl train --set`` takes them)."""
+    out: dict[str, dict[str, str]] = {}
+    for item in filter(None, (t.strip() for t in text.split(";"))):
+        key, sep, value = item.partition("=")
+        algo, dot, name = key.partition(".")
+        if not sep or not dot or not algo or not name:
+            raise SystemExit(f"--candidate-set entry {item!r} is not ALGO.FIELD=VALUE; write e.g. cql.hidden_dims=64,64.")
+        out.setdefault(algo, {})[name] = value
+    return out
+
+
+def dope_candidates(work: Path, dataset, spec: str, noise: list[float], settings: dict, console) -> tuple[list, dict]:
+    """Each ``algo=steps`` of ``spec`` trained on ``dataset`` as its own run (no resume: every
+    checkpoint is its own schedule) with ``settings[algo]`` as config overrides, exported, then
+    loaded once per target std in ``noise`` (the same mean action with Gaussian action noise of that
+    size, in [-1, 1] units). An export in ``work`` made with other settings or on another dataset is trained again.
+    Returns the policies and, per base policy, its algorithm, steps, overrides and training seconds."""
+    import shutil
     from dataclasses import replace
 
     from offrl.checkpoint import export_numpy_policy
     from offrl.engine import train
     from offrl.ope.policies import load_policy
 
-    policies = []
+    policies, bases = [], {}
+    source = str(Path(dataset.source).resolve()) if Path(dataset.source).exists() else dataset.source
     for item in filter(None, spec.split(";")):
         algo, values = item.split("=")
         for n in (int(v) for v in values.split(",")):
-            folder = work / f"{algo}-{n}"
+            folder, run_folder = work / f"{algo}-{n}", work / f"run-{algo}-{n}"
+            wanted = {"algo": algo, "steps": n, "overrides": settings.get(algo, {}), "dataset": source}
+            made = folder / "candidate.json"
+            record = json.loads(made.read_text()) if made.exists() else {}
+            if (folder / "policy.json").exists() and {k: record.get(k) for k in wanted} != wanted:
+                console.print(f"  {folder} was trained on {record.get('dataset', '?')} with {record.get('overrides') or 'the defaults'}; "
+                              "training it again")
+                shutil.rmtree(folder)
             if not (folder / "policy.json").exists():
+                shutil.rmtree(run_folder, ignore_errors=True)
                 t0 = time.perf_counter()
-                run = train(algo, dataset, steps=n, eval_every=10**9, eval_episodes=0, out=work / f"run-{algo}-{n}", progress=False)
+                run = train(algo, dataset, steps=n, eval_every=10**9, eval_episodes=0, out=run_folder, progress=False,
+                            config_overrides=wanted["overrides"] or None)
                 export_numpy_policy(run, folder)
-                console.print(f"  trained {algo} for {n} steps in {time.perf_counter() - t0:.0f} s")
+                record = {**wanted, "seconds": time.perf_counter() - t0}
+                made.write_text(json.dumps(record))
+                console.print(f"  trained {algo} for {n} steps in {record['seconds']:.0f} s"
+                              + (f" ({wanted['overrides']})" if wanted["overrides"] else ""))
+            bases[f"{algo}-{n}"] = record
             base = load_policy(folder)
             for sigma in noise:
                 policies.append(replace(base, std=sigma, name=f"{algo}-{n}/std{sigma:g}", meta=dict(base.meta)))
-    return policies
+    return policies, bases
+
+
+def ope_subsample(dataset, episodes: int, seed: int):
+    """``episodes`` whole episodes of ``dataset`` drawn without replacement (kept in their order), or
+    the dataset itself when ``episodes`` is 0 or at least its number of episodes."""
+    total = dataset.num_episodes
+    if episodes <= 0 or episodes >= total:
+        return dataset
+    which = np.sort(np.random.default_rng(seed).choice(total, episodes, replace=False))
+    return dataset.episodes(which)
+
+
+def dynamics_settings(args):
+    """The model estimator's ensemble (:class:`offrl.dynamics.DynamicsSettings`) from the flags named after its
+    fields; termination stays ``auto`` (the env's registered function)."""
+    from offrl.dynamics import DynamicsSettings
+
+    return DynamicsSettings(ensemble_size=args.ensemble_size, num_elites=args.num_elites,
+                            model_hidden_dims=tuple(int(h) for h in args.model_hidden_dims.split(",")),
+                            model_patience=args.model_patience, model_max_epochs=args.model_max_epochs or None)
 
 
 def run_dope(args) -> dict:
@@ -434,33 +500,57 @@ def run_dope(args) -> dict:
     from rich.table import Table
 
     from offrl.data import load
+    from offrl.envs import normalized_score
     from offrl.ope.check import identical_pairs, true_values
-    from offrl.ope.evaluate import OPEConfig, evaluate_policies
+    from offrl.ope.evaluate import OPEConfig, evaluate_policies, parse_estimators
     from offrl.ope.fqe import FQEConfig
-    from offrl.ope.metrics import dope_metrics, subset_intervals
+    from offrl.ope.metrics import dope_metrics, paired_difference, subset_intervals
+    from offrl.ope.select import choose
 
     console = Console(width=120)
     console.print(f"load average {os.getloadavg()[0]:.1f} at start")
-    work = Path(args.work)
+    started = time.perf_counter()
     dataset = load(args.dataset)
-    policies = dope_candidates(work, dataset, args.candidates, [float(s) for s in args.noise.split(",")], console)
+    work = Path(args.work or f"/tmp/offrl-ope-dope/{Path(args.dataset).stem}")
+    env = args.env or dataset.metadata.get("env_id")
+    if not env:
+        raise SystemExit(f"{args.dataset} records no env_id; pass --env (a Gymnasium id).")
+    estimators = parse_estimators(args.estimators)
+    t0 = time.perf_counter()
+    policies, bases = dope_candidates(work, dataset, args.candidates, [float(s) for s in args.noise.split(",")],
+                                      parse_candidate_settings(args.candidate_set), console)
+    train_s = time.perf_counter() - t0
     for p in policies:
-        p.meta["env_id"] = args.env
+        p.meta["env_id"] = env
     probe = np.asarray(dataset.observations[:: max(1, len(dataset) // 512)][:512])
     same = identical_pairs(policies, probe)
     if same:
         raise SystemExit(f"candidates are not distinct: {same}")
     console.print(f"{len(policies)} candidates, pairwise distinct on {len(probe)} dataset observations")
+
+    console.print(f"rolling out {len(policies)} candidates x {args.episodes} episodes in {env}")
+    t1 = time.perf_counter()
+    truth = true_values(policies, env, args.episodes, args.discount)
+    rollout_s = time.perf_counter() - t1
+    for p in policies:
+        score = normalized_score(env, truth[p.name]["return"], dataset.metadata)
+        truth[p.name]["normalized_score"] = None if score is None else float(score)
+    values = np.array([truth[p.name]["value"] for p in policies])
+    scores = [truth[p.name]["normalized_score"] for p in policies]
+    spread = (f"; normalized scores {min(scores):.0f}..{max(scores):.0f} (the data's own return "
+              f"{float(normalized_score(env, dataset.metadata['dataset_return_mean'], dataset.metadata)):.0f})"
+              if None not in scores and "dataset_return_mean" in dataset.metadata else "")
+    console.print(f"true discounted values {values.min():.1f}..{values.max():.1f}{spread} ({rollout_s:.0f} s)")
+
+    data = ope_subsample(dataset, args.ope_episodes, args.seed)
+    console.print(f"the estimators see {data.num_episodes} of {dataset.num_episodes} episodes ({len(data)} of {len(dataset)} rows)")
     fqe = FQEConfig(hidden_dims=tuple(int(h) for h in args.fqe_hidden.split(",")))
     config = OPEConfig(discount=args.discount, fqe_steps=args.fqe_steps, num_bootstrap=args.bootstrap, fqe=fqe,
-                       estimators=tuple(args.estimators.split(",")), fqe_seeds=args.fqe_seeds)
+                       estimators=estimators, fqe_seeds=args.fqe_seeds, dynamics=dynamics_settings(args),
+                       model_horizon=args.model_horizon or None, model_samples=args.model_samples)
     t0 = time.perf_counter()
-    report = evaluate_policies(policies, dataset, config, progress=lambda text: console.print(f"  {text}") if "of at most" not in text or text.split()[1].endswith("000") and int(text.split()[1]) % 5000 == 0 else None)
+    report = evaluate_policies(policies, data, config, progress=lambda text: console.print(f"  {text}") if "of at most" not in text or text.split()[1].endswith("000") and int(text.split()[1]) % 5000 == 0 else None)
     ope_s = time.perf_counter() - t0
-    console.print(f"rolling out {len(policies)} candidates x {args.episodes} episodes in {args.env}")
-    t1 = time.perf_counter()
-    truth = true_values(policies, args.env, args.episodes, args.discount)
-    rollout_s = time.perf_counter() - t1
     true = np.array([truth[p]["value"] for p in report.policies])
     diverged = report.diverged()
     kept = np.array([p not in diverged for p in report.policies])
@@ -472,35 +562,50 @@ def run_dope(args) -> dict:
                         f"{true.min():.1f}..{true.max():.1f}); intervals: 2.5-97.5% over {args.subsets} random subsets of {size}")
     for col in ("estimator", "MAE", "MAE / range", "Spearman", "regret@1", "regret@1 / range"):
         table.add_column(col, justify="left" if col == "estimator" else "right")
-    scores = {}
-    from offrl.ope.select import choose
-
+    metrics = {}
     for name in config.estimators:
         est = report.estimates(name)
         m, ci = dope_metrics(est, true), subset_intervals(est, true, size, args.subsets, seed=args.seed)
         chosen = report.policies.index(choose(report, name))
         m["select_regret@1"] = float(true.max() - true[chosen])
-        scores[name] = {"point": m, "interval": ci}
+        metrics[name] = {"point": m, "interval": ci}
         cell = lambda k, d=2: f"{m[k]:.{d}f} [{ci[k][0]:.{d}f}, {ci[k][1]:.{d}f}]"  # noqa: E731
         table.add_row(name, cell("mae", 1), cell("mae/range"), cell("spearman"), cell("regret@1", 1), cell("regret@1/range"))
         if diverged and name in ("fqe", "dr", "wdr") and kept.sum() >= 3:
             k = dope_metrics(est[kept], true[kept])
-            scores[name]["without_diverged"] = k
+            metrics[name]["without_diverged"] = k
             table.add_row(f"{name} (without the {len(diverged)} diverged)", f"{k['mae']:.1f}", f"{k['mae/range']:.2f}",
                           f"{k['spearman']:.2f}", f"{m['select_regret@1']:.1f} (select)", f"{m['select_regret@1'] / (true.max() - true.min()):.2f}")
     console.print(table)
-    values = Table(title="candidates: true discounted value (+- s.e.) and estimates")
-    shown = [e for e in ("fqe", "dr", "wdr", "wpdis") if e in config.estimators]
-    for col in ("candidate", "true", "s.e.", "return", *shown):
+    comparison = None
+    if "model" in config.estimators and "fqe" in config.estimators:
+        comparison = paired_difference(report.estimates("model"), report.estimates("fqe"), true, size, args.subsets, seed=args.seed)
+        console.print("model - fqe on the same subsets (difference on all candidates [2.5-97.5%]; share of subsets where model is better): "
+                      + "; ".join(f"{k} {v['difference']:+.2f} [{v['interval'][0]:+.2f}, {v['interval'][1]:+.2f}], {v['a_better']:.0%}"
+                                  for k, v in comparison.items() if "/" not in k))
+    values = Table(title="candidates: true discounted value (+- s.e.), return, normalized score and estimates")
+    shown = [e for e in ("fqe", "dr", "wdr", "wpdis", "model") if e in config.estimators]
+    for col in ("candidate", "true", "s.e.", "return", "score", *shown):
         values.add_column(col, justify="left" if col == "candidate" else "right")
     for p in report.policies:
-        r = report.results[p]
-        values.add_row(p, f"{truth[p]['value']:.1f}", f"{truth[p]['value_se']:.1f}", f"{truth[p]['return']:.0f}", *(f"{r[e].estimate:.1f}" for e in shown))
+        r, t = report.results[p], truth[p]
+        values.add_row(p, f"{t['value']:.1f}", f"{t['value_se']:.1f}", f"{t['return']:.0f}",
+                       "-" if t["normalized_score"] is None else f"{t['normalized_score']:.0f}", *(f"{r[e].estimate:.1f}" for e in shown))
     console.print(values)
-    curve = report.fqe
-    console.print(f"FQE {'flattened' if curve['converged'] else 'did NOT flatten (cap)'} after {curve['final_step']} steps, "
-                  f"{curve['total_seconds']:.0f} s ({len(policies)} policies vmapped, {fqe.hidden_dims}); whole OPE {ope_s:.0f} s; "
-                  f"rollouts {rollout_s:.0f} s; load average {os.getloadavg()[0]:.1f} at end")
+    curve, model = report.fqe, report.model
+    if curve is not None:
+        console.print(f"FQE {'flattened' if curve['converged'] else 'did NOT flatten (cap)'} after {curve['final_step']} steps, "
+                      f"{curve['total_seconds']:.0f} s ({len(policies)} policies vmapped, {fqe.hidden_dims})")
+    if model is not None:
+        console.print(f"model: {model['settings']['ensemble_size']} members ({model['settings']['num_elites']} elites, "
+                      f"{model['settings']['model_hidden_dims']}), fit {model['epochs']} epochs "
+                      f"({'the cap' if model['epochs'] == model['settings']['model_max_epochs'] else 'early stopping'}) "
+                      f"in {model['fit_seconds']:.0f} s, held-out MSE "
+                      f"of the elites {model['holdout_mse']:.4f} (standardised (s' - s, r); 1 = the mean); rollouts "
+                      f"{sum(model['rollout_seconds'].values()):.0f} s for {len(policies)} candidates")
+    total_s = time.perf_counter() - started
+    console.print(f"candidates trained in {train_s:.0f} s; true values {rollout_s:.0f} s; whole OPE {ope_s:.0f} s; total {total_s:.0f} s; "
+                  f"load average {os.getloadavg()[0]:.1f} at end")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -510,10 +615,11 @@ def run_dope(args) -> dict:
         import matplotlib.pyplot as plt
 
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        est = np.asarray(curve["estimates"], dtype=float)            # a frozen candidate: None -> NaN
-        for k, name in enumerate(report.policies):
-            axes[0].plot(curve["steps"], est[:, k] / true[k], lw=0.8)
-        axes[0].axhline(1.0, color="k", ls="--", lw=0.8)
+        if curve is not None:
+            est = np.asarray(curve["estimates"], dtype=float)            # a frozen candidate: None -> NaN
+            for k, name in enumerate(report.policies):
+                axes[0].plot(curve["steps"], est[:, k] / true[k], lw=0.8)
+            axes[0].axhline(1.0, color="k", ls="--", lw=0.8)
         axes[0].set(xlabel="FQE step", ylabel="FQE estimate / true value", title="FQE while it trains (one line per candidate)")
         for name in shown:
             axes[1].scatter(true, report.estimates(name), s=14, label=name)
@@ -525,9 +631,12 @@ def run_dope(args) -> dict:
         fig.savefig(out / f"ope-dope-{args.tag}.png", dpi=110)
     except ImportError:
         pass
-    return {"dataset": args.dataset, "env": args.env, "candidates": report.policies, "truth": truth, "metrics": scores, "diverged": diverged,
-            "subset_size": size, "subsets": args.subsets, "fqe_curve": curve, "fqe_config": report.config["fqe"],
-            "rows": report.table(), "ope_seconds": ope_s, "rollout_seconds": rollout_s}
+    return {"dataset": args.dataset, "env": env, "candidates": report.policies, "bases": bases, "truth": truth, "metrics": metrics,
+            "model_vs_fqe": comparison, "diverged": diverged, "subset_size": size, "subsets": args.subsets,
+            "seed": args.seed, "ope_data": {"episodes": data.num_episodes, "rows": len(data), "of_episodes": dataset.num_episodes, "of_rows": len(dataset)},
+            "fqe_curve": curve, "fqe_config": report.config["fqe"], "model": model, "rows": report.table(),
+            "seconds": {"candidates": train_s, "true_values": rollout_s, "ope": ope_s, "total": total_s},
+            "ope_seconds": ope_s, "rollout_seconds": rollout_s}
 
 
 def run_replay(args) -> dict:
@@ -544,6 +653,8 @@ def run_replay(args) -> dict:
     losses = np.asarray(curve["losses"], np.float64)[..., None]
     true = np.array([record["truth"][n]["value"] for n in names])
     dataset = load(record["dataset"])
+    if "ope_data" in record:                                   # the estimators' subsample of a --ope-episodes run
+        dataset = ope_subsample(dataset, record["ope_data"]["episodes"], record["seed"])
     defaults = OPEConfig()
     horizon = int(np.max(dataset.episode_lengths()))
     bounds = value_bounds(dataset.rewards, args.discount, horizon)
@@ -629,18 +740,31 @@ def main(argv=None) -> int:
     c.add_argument("--configs", default="", help="'|'-separated prefixes of the configurations to run (default all)")
     d = sub.add_parser("dope")
     d.add_argument("--dataset", default="offrl/datasets/hopper-medium-20k-v0.hdf5")
-    d.add_argument("--env", default="Hopper-v5")
-    d.add_argument("--candidates", default="bc=1000,5000;td3_bc=3000;iql=3000;cql=1500",
-                   help="';'-separated algo=steps,steps: one run per entry, each a base policy")
-    d.add_argument("--noise", default="0.1,0.3,0.6", help="target stds ([-1, 1] units) applied to every base policy")
-    d.add_argument("--estimators", default="fqe,dr,wdr,wis,wpdis,pdis,is,clipped_is")
-    d.add_argument("--work", default="/tmp/offrl-ope-dope")
+    d.add_argument("--env", default=None, help="Gymnasium id of the true-value rollouts (default: the dataset's env_id)")
+    d.add_argument("--candidates", default=DOPE_CANDIDATES,
+                   help="';'-separated algo=steps,steps: one run per entry, each a base policy, trained on the whole dataset")
+    d.add_argument("--candidate-set", default=DOPE_CANDIDATE_SETTINGS,
+                   help="';'-separated ALGO.FIELD=VALUE config overrides of the candidates' runs (offrl train --set); "
+                        "default: CQL with 64x64 networks and no BC warm-up (3 x 256 CQL costs ~13x more per update on 2 CPU cores)")
+    d.add_argument("--noise", default="0.1,0.5", help="target stds ([-1, 1] units) applied to every base policy")
+    d.add_argument("--estimators", default="fqe,dr,wdr,wis,wpdis,pdis,is,clipped_is,model")
+    d.add_argument("--ope-episodes", type=int, default=0,
+                   help="the estimators (FQE, the dynamics model, IS) see this many whole episodes drawn at random (0: all)")
+    d.add_argument("--work", default=None, help="folder of the candidates' runs and exports (default /tmp/offrl-ope-dope/DATASET)")
     d.add_argument("--discount", type=float, default=0.99)
     d.add_argument("--fqe-steps", type=int, default=60_000, help="FQE's cap (it stops earlier once flat)")
-    d.add_argument("--fqe-hidden", default="256,256")
+    d.add_argument("--fqe-hidden", default="64,64", help="FQE critic widths (256,256 costs ~9x more per step for 14 policies)")
     d.add_argument("--fqe-seeds", type=int, default=1, help="FQE critics per candidate (offrl ope --fqe-seeds)")
+    d.add_argument("--ensemble-size", type=int, default=7, help="members of the model estimator's dynamics ensemble (as offrl ope)")
+    d.add_argument("--num-elites", type=int, default=5, help="elites the model rollouts use (as offrl ope)")
+    d.add_argument("--model-hidden-dims", default="200,200,200,200", help="widths of each member (as offrl ope)")
+    d.add_argument("--model-max-epochs", type=int, default=40,
+                   help="cap on the model's epochs (0: early stopping alone, as offrl ope; 100k rows: ~17 s of CPU per epoch)")
+    d.add_argument("--model-patience", type=int, default=5, help="epochs without a 1%% held-out improvement that end the fit")
+    d.add_argument("--model-horizon", type=int, default=0, help="steps of each model rollout (0: the data's longest episode, as offrl ope)")
+    d.add_argument("--model-samples", type=int, default=1, help="model rollouts per start state and elite")
     d.add_argument("--bootstrap", type=int, default=1000)
-    d.add_argument("--episodes", type=int, default=10)
+    d.add_argument("--episodes", type=int, default=20, help="rollouts per candidate for its true value")
     d.add_argument("--subsets", type=int, default=1000)
     d.add_argument("--subset-fraction", type=float, default=2 / 3)
     d.add_argument("--seed", type=int, default=0)

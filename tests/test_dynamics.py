@@ -169,3 +169,17 @@ def test_model_samples_stay_inside_the_data_box(fitted):
     nxt, r = dyn.clip_to_data(model, jnp.array([[5.0, -5.0]]), jnp.array([-9.0]))
     np.testing.assert_allclose(np.asarray(nxt), [[high[0], low[1]]])
     np.testing.assert_allclose(np.asarray(r), [float(model.reward_low)])
+
+
+def test_predict_elites_is_predict_of_each_elite_on_its_own_rows(fitted):
+    """Row ``[e, r]`` of predict_elites is predict's member ``elites[e]`` on that row (the elites in a shuffled order)."""
+    model, _ = fitted
+    model = model.replace(elites=jnp.asarray([2, 0, 3]))
+    rng = np.random.default_rng(3)
+    obs = jnp.asarray(rng.uniform(-1, 1, (3, 5, 2)), jnp.float32)
+    act = jnp.asarray(rng.uniform(-1, 1, (3, 5, 1)), jnp.float32)
+    got = dyn.predict_elites(model, obs, act)
+    for e, member in enumerate([2, 0, 3]):
+        want = dyn.predict(model, obs[e], act[e])
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g[e]), np.asarray(w[member]), rtol=1e-5, atol=1e-6)

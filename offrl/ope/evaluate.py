@@ -35,6 +35,7 @@ Example::
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -57,6 +58,7 @@ class OPEReport:
     meta: dict[str, dict]
     config: dict
     fqe: dict | None = None                               # FQE's training curve (FQECurve.to_dict), when it ran
+    model: dict | None = None                             # the model estimator's ensemble fit and rollout times, when it ran
 
     def table(self) -> list[dict]:
         rows = []
@@ -74,7 +76,7 @@ class OPEReport:
 
     def to_dict(self) -> dict:
         return {"policies": self.policies, "estimated_behavior": self.estimated_behavior, "rows": self.table(),
-                "meta": self.meta, "config": self.config, "fqe": self.fqe}
+                "meta": self.meta, "config": self.config, "fqe": self.fqe, "model": self.model}
 
 
 def parse_estimators(text: str | None) -> tuple[str, ...]:
@@ -118,14 +120,19 @@ def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progre
         outside = [n for n, e in zip(names, final) if not low <= e <= high]
         diverged = {names[p]: {"step": int(curve.diverged_at[p]), "frozen_at": int(curve.frozen_at[p]), "reason": curve.reasons[p],
                                "estimate": float(final[p])} for p in curve.diverged()}
-    model = None
+    model = model_record = None
     if "model" in config.estimators:
         if discrete:
             raise OffrlError("the model estimator needs continuous actions; drop 'model' from --estimators for this dataset.")
         from offrl.ope import model_based
 
         say("dynamics ensemble for the model estimator")
+        t0 = time.perf_counter()
         model = model_based.fitted_model(dataset, config.dynamics, config.seed)
+        model_record = model_based.fit_record(model)                 # reading the fit waits for it
+        model_record["fit_seconds"] = time.perf_counter() - t0
+        say(f"dynamics ensemble: {model_record['epochs']} epochs, {model_record['fit_seconds']:.0f} s, held-out MSE of the "
+            f"elites {model_record['holdout_mse']:.3f} (standardised targets)")
     results: dict[str, dict[str, est.OPEResult]] = {}
     ensemble: dict[str, dict] = {}
     for p, policy in enumerate(policies):
@@ -138,8 +145,10 @@ def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progre
         for name in config.estimators:
             if name == "model":
                 settings = model_based.ModelOPESettings(config.model_horizon, config.model_samples, config.dynamics)
+                t0 = time.perf_counter()
                 results[policy.name][name] = model_based.model_estimate(
                     dataset, policy, settings, config.discount, config.confidence, config.num_bootstrap, config.seed, model)
+                model_record["rollout_seconds"][policy.name] = time.perf_counter() - t0
                 continue
             result = est.estimate(episodes, "dm" if name == "fqe" else name, ci=config.ci, confidence=config.confidence,
                                   num_bootstrap=config.num_bootstrap, seed=config.seed, clip=config.clip)
@@ -156,7 +165,8 @@ def evaluate_policies(policies, dataset, config: OPEConfig = OPEConfig(), progre
                                                  "outside_value_bounds": outside, "diverged": diverged,
                                                  "divergence_rule": {"margin": config.fqe_divergence_margin,
                                                                      "loss_growth": config.fqe_loss_growth},
-                                                 "seeds": config.fqe_seeds, "ensemble": ensemble})
+                                                 "seeds": config.fqe_seeds, "ensemble": ensemble},
+                     model_record)
 
 
 def seed_ensemble(result: est.OPEResult, episodes: est.Episodes, q_seeds, v_seeds, starts, ends, config: OPEConfig):

@@ -11,6 +11,9 @@ range ``max_i J_i - min_i J_i`` (:func:`dope_metrics`), and :func:`subset_interv
 metric a percentile interval over random policy subsets: ``num`` subsets of ``size`` distinct
 policies drawn uniformly without replacement, the metric computed on each (the range of the
 subset normalises it), and the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles.
+:func:`paired_difference` compares two estimators on the same subsets: the interval of
+``m_A(subset) - m_B(subset)`` for each metric, and the share of subsets on which A is better
+(DOPE's question whether model-based OPE ranks better than FQE).
 """
 
 from __future__ import annotations
@@ -69,10 +72,9 @@ def dope_metrics(estimates, true_values) -> dict[str, float]:
             "regret@1": regret, "regret@1/range": regret / span if span > 0 else float("nan"), "range": span}
 
 
-def subset_intervals(estimates, true_values, size: int, num: int = 1000, confidence: float = 0.95,
-                     seed: int = 0) -> dict[str, tuple[float, float]]:
-    """Percentile interval of each :func:`dope_metrics` entry over ``num`` random subsets of
-    ``size`` policies (NaNs, e.g. Spearman on a subset with a constant side, are left out)."""
+def subset_metrics(estimates, true_values, size: int, num: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
+    """Each :func:`dope_metrics` entry on ``num`` random subsets of ``size`` policies, ``(num,)`` per key;
+    the subsets depend on ``(len(true_values), size, num, seed)`` only, so two estimators share them."""
     estimates, true_values = np.asarray(estimates, float), np.asarray(true_values, float)
     n = len(true_values)
     if not 2 <= size <= n:
@@ -82,10 +84,42 @@ def subset_intervals(estimates, true_values, size: int, num: int = 1000, confide
     for _ in range(num):
         idx = rng.choice(n, size, replace=False)
         rows.append(dope_metrics(estimates[idx], true_values[idx]))
-    lo, hi = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
+    return {key: np.array([r[key] for r in rows]) for key in rows[0]}
+
+
+def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return float("nan"), float("nan")
+    low, high = np.percentile(values, [100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2])
+    return float(low), float(high)
+
+
+def subset_intervals(estimates, true_values, size: int, num: int = 1000, confidence: float = 0.95,
+                     seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Percentile interval of each :func:`dope_metrics` entry over ``num`` random subsets of
+    ``size`` policies (NaNs, e.g. Spearman on a subset with a constant side, are left out)."""
+    rows = subset_metrics(estimates, true_values, size, num, seed)
+    return {key: _percentiles(values, confidence) for key, values in rows.items()}
+
+
+#: for each :func:`dope_metrics` entry, +1 when larger is better, -1 when smaller is.
+BETTER = {"mae": -1, "mae/range": -1, "spearman": 1, "regret@1": -1, "regret@1/range": -1}
+
+
+def paired_difference(estimates_a, estimates_b, true_values, size: int, num: int = 1000, confidence: float = 0.95,
+                      seed: int = 0) -> dict[str, dict[str, float]]:
+    """Per metric of :data:`BETTER`: ``difference`` ``m_A - m_B`` on all policies, its percentile
+    ``interval`` over the shared random subsets, and ``a_better``, the share of subsets where A's
+    metric is strictly better (ties and NaNs count as not better)."""
+    all_a, all_b = dope_metrics(estimates_a, true_values), dope_metrics(estimates_b, true_values)
+    rows_a = subset_metrics(estimates_a, true_values, size, num, seed)
+    rows_b = subset_metrics(estimates_b, true_values, size, num, seed)
     out = {}
-    for key in rows[0]:
-        values = np.array([r[key] for r in rows])
-        values = values[np.isfinite(values)]
-        out[key] = (float(np.percentile(values, lo)), float(np.percentile(values, hi))) if len(values) else (float("nan"),) * 2
+    for key, sign in BETTER.items():
+        diff = rows_a[key] - rows_b[key]
+        with np.errstate(invalid="ignore"):
+            better = np.nan_to_num(sign * diff, nan=0.0) > 0
+        out[key] = {"difference": all_a[key] - all_b[key], "interval": _percentiles(diff, confidence),
+                    "a_better": float(better.mean())}
     return out

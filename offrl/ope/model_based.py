@@ -63,19 +63,25 @@ def fitted_model(dataset, settings, seed: int = 0):
     return model
 
 
+def fit_record(model) -> dict:
+    """What a report keeps of a fitted ensemble: ``epochs``, the elites, each member's
+    held-out MSE and the elites' mean (``holdout_mse``), on the standardised targets ``(s' - s, r)``
+    (1.0: no better than predicting the training mean), the settings, and ``rollout_seconds`` per
+    policy (filled as the policies are rolled out)."""
+    mse = np.asarray(model.holdout_mse, np.float64)
+    elites = np.asarray(model.elites)
+    return {"epochs": int(model.epochs), "elites": elites.tolist(),
+            "holdout_mse": float(mse[elites].mean()), "holdout_mse_members": mse.tolist(),
+            "settings": dataclasses.asdict(model.settings), "rollout_seconds": {}}
+
+
 def _member_step(model, observations, actions, key):
     """One step of every elite on its own rows: ``observations (E, R, d)`` -> next, rewards, terminals."""
     import jax
-    import jax.numpy as jnp
 
     from offrl import dynamics as dyn
 
-    E, R, d = observations.shape
-    mean, std, terminal_prob = dyn.predict(model, observations.reshape(E * R, d), actions.reshape(E * R, -1))
-    m = model.elites
-    mean = mean[m].reshape(E, E, R, -1)[jnp.arange(E), jnp.arange(E)]  # elite e on its own rows
-    std = std[m].reshape(E, E, R, -1)[jnp.arange(E), jnp.arange(E)]
-    prob = terminal_prob[m].reshape(E, E, R)[jnp.arange(E), jnp.arange(E)]
+    mean, std, prob = dyn.predict_elites(model, observations, actions)
     sample = mean + std * jax.random.normal(key, mean.shape)
     next_obs, rewards = dyn.clip_to_data(model, observations + sample[..., :-1], sample[..., -1])
     fn = dyn.terminal_function(model)

@@ -7,7 +7,7 @@ import pytest
 
 from offrl.ope import fqe
 from offrl.ope.check import identical_pairs
-from offrl.ope.metrics import dope_metrics, estimator_metrics, subset_intervals
+from offrl.ope.metrics import dope_metrics, estimator_metrics, paired_difference, subset_intervals, subset_metrics
 from offrl.ope.policies import GaussianPolicy
 
 
@@ -134,6 +134,24 @@ def test_subset_intervals_lie_within_the_metric_over_all_subsets():
     assert perfect["spearman"] == (1.0, 1.0) and perfect["regret@1"] == (0.0, 0.0) and perfect["mae"] == (0.0, 0.0)
     with pytest.raises(ValueError):
         subset_intervals(est, true, size=8)
+
+
+def test_paired_difference_shares_the_subsets_and_counts_where_a_is_better():
+    """A perfect estimator against a reversed one: A ranks better on every subset (Spearman +2), is never
+    worse on regret; A against itself is never better and differs by 0; the subsets are those of
+    subset_intervals with the same seed."""
+    true = np.arange(8.0) * 10
+    d = paired_difference(true, -true, true, size=5, num=200, seed=3)
+    assert d["spearman"]["difference"] == pytest.approx(2.0) and d["spearman"]["a_better"] == 1.0
+    assert d["spearman"]["interval"] == pytest.approx((2.0, 2.0))
+    assert d["regret@1"]["interval"][1] <= 0 and d["regret@1"]["a_better"] == 1.0
+    same = paired_difference(true, true, true, size=5, num=50)
+    assert all(v["a_better"] == 0.0 and v["difference"] == 0.0 for v in same.values())
+    noisy = true + np.random.default_rng(0).normal(size=8) * 15
+    rows = subset_metrics(noisy, true, size=5, num=100, seed=7)
+    assert subset_intervals(noisy, true, size=5, num=100, seed=7)["mae"] == pytest.approx(tuple(np.percentile(rows["mae"], [2.5, 97.5])))
+    diff = paired_difference(noisy, true, true, size=5, num=100, seed=7)
+    assert diff["mae"]["interval"] == pytest.approx(tuple(np.percentile(rows["mae"], [2.5, 97.5])))   # the truth's MAE is 0 on every subset
 
 
 def test_identical_pairs_finds_a_policy_counted_twice_and_nothing_else():
