@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # throughput.make_data
 ENV_ID = "HalfCheetah-v5"
 ROWS = 100_000
 SEEDS, EVAL_EPISODES, EPISODE_STEPS = 3, 10, 1000
-EVAL_MINUTES, COMPILE_MINUTES = 1.0, 1.0
+EVAL_MINUTES, COMPILE_MINUTES = 1.0, 0.5
 
 #: the cpu table's algorithms: (budget settings, 3-seed updates/s measured idle on 2026-12-02)
 REFERENCES = {
@@ -79,7 +79,8 @@ CANDIDATES = {
     "edac": {"default": {}, "2x256 N10": {"hidden_dims": "256,256"}, "2x128 N10": W128,
              "2x128 N5": {**W128, "num_qs": "5"}},
     "lb_sac": {"default": {}, "2x128 b2048": {**W128, "batch_size": "2048"},
-               "2x128 b1024": {**W128, "batch_size": "1024"}, "2x128 N5 b1024": {**W128, "batch_size": "1024", "num_qs": "5"}},
+               "2x128 b1024": {**W128, "batch_size": "1024"}, "2x128 N5 b1024": {**W128, "batch_size": "1024", "num_qs": "5"},
+               "2x128 N5 b512": {**W128, "batch_size": "512", "num_qs": "5"}},
     "spot": {"default": {"warmup_steps": "10000"}, "2x256 vae256": {"vae_hidden_dims": "256,256", "warmup_steps": "10000"},
              "2x128 vae256": {**W128, "vae_hidden_dims": "256,256", "warmup_steps": "10000"}},
     "xql": {"default": {}, "2x128": W128},
@@ -89,14 +90,21 @@ CANDIDATES = {
     "plas": {"default": {"warmup_steps": "10000"}, "2x256 vae256": {"hidden_dims": "256,256", "vae_hidden_dims": "256,256", "warmup_steps": "10000"},
              "2x128 vae256": {**W128, "vae_hidden_dims": "256,256", "warmup_steps": "10000"}},
     "td3_awr": {"default": {}, "2x256 b256": {"hidden_dims": "256,256", "batch_size": "256"},
-                "2x256 b512": {"hidden_dims": "256,256", "batch_size": "512"}},
+                "2x256 b512": {"hidden_dims": "256,256", "batch_size": "512"},
+                "2x128 b1024": {**W128, "batch_size": "1024"}, "2x128 b512": {**W128, "batch_size": "512"}},
     "brac": {"default": {}, "2x128": W128},
-    "idql": {"default": {}, "3x128 N32": {"actor_hidden_dims": "128,128,128", "num_samples": "32"}},
-    "fql": {"default": {}, "2x256": {"hidden_dims": "256,256"}, "2x256 K5": {"hidden_dims": "256,256", "flow_steps": "5"}},
+    "idql": {"default": {}, "3x128 N32": {"actor_hidden_dims": "128,128,128", "num_samples": "32"},
+             "2x128 3x128": {**W128, "actor_hidden_dims": "128,128,128"}},
+    "fql": {"default": {}, "2x256": {"hidden_dims": "256,256"}, "2x256 K5": {"hidden_dims": "256,256", "flow_steps": "5"},
+            "2x128": W128, "3x128": {"hidden_dims": "128,128,128"}},
     "mopo": {"default": {}, "starts10k ep20": {"rollout_starts": "10000", "model_max_epochs": "20"}},
     "mobile": {"default": {}, "starts10k ep20": {"rollout_starts": "10000", "model_max_epochs": "20"},
-               "starts10k ep20 S5": {"rollout_starts": "10000", "model_max_epochs": "20", "successor_samples": "5"}},
-    "combo": {"default": {}, "2x256 starts10k ep20": {"hidden_dims": "256,256", "rollout_starts": "10000", "model_max_epochs": "20"}},
+               "starts10k ep20 S5": {"rollout_starts": "10000", "model_max_epochs": "20", "successor_samples": "5"},
+               "2x128 starts10k S5": {**W128, "rollout_starts": "10000", "model_max_epochs": "10", "successor_samples": "5"},
+               "2x128 starts10k S3": {**W128, "rollout_starts": "10000", "model_max_epochs": "10", "successor_samples": "3"}},
+    "combo": {"default": {}, "2x256 starts10k ep20": {"hidden_dims": "256,256", "rollout_starts": "10000", "model_max_epochs": "20"},
+              "2x128 starts10k": {**W128, "rollout_starts": "10000", "model_max_epochs": "10"},
+              "2x128 starts10k n5": {**W128, "rollout_starts": "10000", "model_max_epochs": "10", "n_actions": "5"}},
 }
 
 
@@ -282,8 +290,9 @@ def main(argv=None) -> int:
     p.add_argument("--algos", default=",".join(CANDIDATES), help="comma-separated subset of " + ",".join(CANDIDATES))
     p.add_argument("--table", default="candidates,budget", help="candidates (every setting above, at 30,000 "
                    "updates), budget (the cpu budget's entries) or both")
+    p.add_argument("--settings", default=None, help="comma-separated candidate labels to count (default: all)")
     p.add_argument("--steps", type=int, default=30_000, help="updates per cell for the candidates")
-    p.add_argument("--rate", type=float, default=None, help="effective 3-seed GFLOP/s (default: the calibration's median)")
+    p.add_argument("--rate", type=float, default=None, help="effective 3-seed GFLOP/s (default: the calibration's median; given, the calibration is skipped)")
     p.add_argument("--json", default=None, help="also write every count to this JSON file")
     args = p.parse_args(argv)
 
@@ -299,14 +308,18 @@ def main(argv=None) -> int:
     tables = {t.strip() for t in args.table.split(",")}
     arrays = make_data(ROWS)
     eval_every = BUDGETS["cpu"]["eval_every"]
-    print(f"calibration: the cpu table's algorithms, 3-seed rates of 2026-12-02 (idle):")
-    reference = calibrate(arrays)
+    reference = []
+    if args.rate is None:
+        print("calibration: the cpu table's algorithms, 3-seed rates of 2026-12-02 (idle):")
+        reference = calibrate(arrays)
     rate = args.rate or statistics.median(r["effective_gflops"] for r in reference)
     print(f"effective rate used: {rate:.0f} GFLOP/s for 3 seeds; + {EVAL_MINUTES:.0f} min evaluation "
-          f"+ {COMPILE_MINUTES:.0f} min compile per cell")
+          f"+ {COMPILE_MINUTES:.1f} min compile per cell")
     todo = []
     if "candidates" in tables:
-        todo += [(a, label, ov, args.steps) for a in algos for label, ov in CANDIDATES[a].items()]
+        wanted = None if args.settings is None else {x.strip() for x in args.settings.split(",")}
+        todo += [(a, label, ov, args.steps) for a in algos for label, ov in CANDIDATES[a].items()
+                 if wanted is None or label in wanted]
     if "budget" in tables:
         todo += budget_rows(algos)
     results = []
