@@ -32,8 +32,8 @@ Evaluation: ``act`` on one observation (a scan unrolled: IDQL's 64 x 5 denoiser 
 The projection divides by an effective rate of 3 vmapped seeds, derived from the six algorithms
 of the running cpu table: their 3-seed update rates on HalfCheetah-shaped data (2026-12-02,
 other jobs paused; ``offrl/benchmark.py``'s comment above ``BUDGETS``) times 3 x their counted
-FLOPs per update. It adds a fixed minute per cell for evaluation (the env steps) and one for
-compiling and loading.
+FLOPs per update. It adds 10 s per evaluation for the env steps (1 minute for a 30,000-update cell) and half a
+minute per cell for compiling and loading.
 
 Run (compiles about 90 programs; no training)::
 
@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # throughput.make_data
 ENV_ID = "HalfCheetah-v5"
 ROWS = 100_000
 SEEDS, EVAL_EPISODES, EPISODE_STEPS = 3, 10, 1000
-EVAL_MINUTES, COMPILE_MINUTES = 1.0, 0.5
+EVAL_SECONDS, COMPILE_MINUTES = 10.0, 0.5  # per evaluation (env steps: 1 min per 30k-update cell); per cell
 
 #: the cpu table's algorithms: (budget settings, 3-seed updates/s measured idle on 2026-12-02)
 REFERENCES = {
@@ -257,8 +257,9 @@ def cell_tflop(row: dict, epochs: int | None = None) -> float:
     return SEEDS * per_seed + row["eval_tflop_per_cell"]
 
 
-def project_minutes(row: dict, rate_gflops: float) -> float:
-    return cell_tflop(row) * 1e3 / rate_gflops / 60 + EVAL_MINUTES + COMPILE_MINUTES
+def project_minutes(row: dict, rate_gflops: float, eval_every: int) -> float:
+    """Minutes of one 3-seed cell: its FLOPs at ``rate_gflops``, the evaluations' env steps, compiling."""
+    return cell_tflop(row) * 1e3 / rate_gflops / 60 + (row["steps"] // eval_every) * EVAL_SECONDS / 60 + COMPILE_MINUTES
 
 
 def calibrate(arrays: dict, log=print) -> list[dict]:
@@ -313,7 +314,7 @@ def main(argv=None) -> int:
         print("calibration: the cpu table's algorithms, 3-seed rates of 2026-12-02 (idle):")
         reference = calibrate(arrays)
     rate = args.rate or statistics.median(r["effective_gflops"] for r in reference)
-    print(f"effective rate used: {rate:.0f} GFLOP/s for 3 seeds; + {EVAL_MINUTES:.0f} min evaluation "
+    print(f"effective rate used: {rate:.0f} GFLOP/s for 3 seeds; + {EVAL_SECONDS:.0f} s per evaluation "
           f"+ {COMPILE_MINUTES:.1f} min compile per cell")
     todo = []
     if "candidates" in tables:
@@ -329,7 +330,7 @@ def main(argv=None) -> int:
     for algo, label, overrides, steps in todo:
         row = count(algo, label, overrides, steps, eval_every, arrays)
         row["cell_tflop"] = cell_tflop(row)
-        row["minutes_per_cell"] = project_minutes(row, rate)
+        row["minutes_per_cell"] = project_minutes(row, rate, eval_every)
         results.append(row)
         rollout = f"{row['rollout_gflop_per_update']:.3f}" if "rollout_gflop_per_update" in row else "-"
         fit = f"{row['fit_epoch_gflop']:.0f}" if "fit_epoch_gflop" in row else "-"
@@ -338,15 +339,18 @@ def main(argv=None) -> int:
     budget = [r for r in results if r["setting"] == "budget"]
     if budget:
         cells = 6  # 3 envs x (medium, medium-replay)
-        total = sum(cells * r["minutes_per_cell"] for r in budget)
-        print(f"budget: {len(budget)} algorithms x {cells} cells = {len(budget) * cells} cells, "
-              f"projected {total:.0f} minutes ({total / 60:.1f} h) at {rate:.0f} GFLOP/s")
+        rates = sorted({rate, *(r["effective_gflops"] for r in reference)})
+        totals = {f"{r:.0f}": sum(cells * project_minutes(row, r, eval_every) for row in budget) for r in rates}
+        print(f"budget: {len(budget)} algorithms x {cells} cells = {len(budget) * cells} cells, projected "
+              + ", ".join(f"{m / 60:.1f} h at {r} GFLOP/s" for r, m in totals.items()))
+        results.append({"algo": "total", "setting": "budget", "cells": len(budget) * cells,
+                        "projected_minutes_by_rate": totals})
     if args.json:
         import jax
 
         record = {"command": "python benchmarks/update_flops.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "jax": jax.__version__, "cpus": os.cpu_count(), "rows": ROWS, "env_shape": ENV_ID,
-                  "calibration": reference, "rate_gflops": rate, "eval_minutes": EVAL_MINUTES,
+                  "calibration": reference, "rate_gflops": rate, "eval_seconds_per_evaluation": EVAL_SECONDS,
                   "compile_minutes": COMPILE_MINUTES, "results": results}
         Path(args.json).write_text(json.dumps(record, indent=2))
     return 0
