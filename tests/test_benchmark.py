@@ -269,6 +269,32 @@ def test_cpu_budget_gives_each_algorithm_its_own_updates_and_settings():
     assert mine.overrides["cql"] == {"hidden_dims": "64,64", "bc_warmup_steps": "0"}
 
 
+NEW_ALGOS = "rebrac,sac_n,edac,lb_sac,spot,xql,crr,bear,plas,td3_awr,brac,mopo,mobile,combo,idql,fql"
+
+
+def test_cpu_budget_covers_the_new_algorithms_and_keeps_the_cpu_tables_cells(tmp_path):
+    """benchmarks/new_algos_table.sh's request is accepted: each of the 16 algorithms gets its
+    budget entry's updates and (range-checked) settings. The cpu table's request (cpu_table.sh)
+    still claims its folder: the benchmark.json recorded there matches what --budget cpu gives now."""
+    import shutil
+    from pathlib import Path
+
+    from offrl.benchmark import BUDGETS, _claim_folder, make_spec
+
+    entries = BUDGETS["cpu"]["algos"]
+    spec = make_spec("halfcheetah,hopper,walker2d", "medium,medium-replay", NEW_ALGOS, seeds=3)
+    assert spec.algos == tuple(NEW_ALGOS.split(",")) and len(spec.cells()) == 96
+    for algo in spec.algos:
+        assert spec.steps_of(algo) == entries[algo]["steps"] >= 20_000, algo
+        assert spec.overrides.get(algo, {}) == entries[algo].get("set", {}), algo
+    recorded = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-table" / "benchmark.json"
+    shutil.copy(recorded, tmp_path / "benchmark.json")
+    old = make_spec("halfcheetah,hopper,walker2d", "medium,medium-replay,medium-expert", "bc,td3_bc,iql,bcq,awac,cql",
+                    seeds=3, dataset_pattern="benchmarks/data/tiers/{env}-{tier}-v0.hdf5")
+    _claim_folder(tmp_path, old)   # raises ConfigError if any cell setting of the six changed
+    assert old.algo_steps == {"awac": 20_000, "cql": 20_000, "bcq": 20_000} and old.steps == 30_000
+
+
 def test_markdown_header_states_per_algorithm_updates_and_settings():
     cells = [{"env": "hopper", "tier": "medium", "algo": a, "seeds": 3, "steps": n, "metric": "eval/normalized_score",
               "last_mean": 50.0, "last_std": 1.0, "best_mean": 55.0, "best_std": 1.0, "wall_s": 10.0, "settings": s}
