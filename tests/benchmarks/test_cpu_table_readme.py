@@ -3,20 +3,14 @@ between its markers, and a README without them is refused."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmark_script import load
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("cpu_table_readme", ROOT / "benchmarks" / "cpu_table_readme.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["cpu_table_readme"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load("benchmarks/cpu_table_readme.py", "cpu_table_readme")
 
 
 def _table(tmp_path: Path) -> Path:

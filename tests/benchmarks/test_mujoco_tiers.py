@@ -3,22 +3,17 @@ committed packed zoos are readable and name the tiers their digests were recorde
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
+from benchmark_script import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("mujoco_tiers", ROOT / "benchmarks" / "mujoco_tiers.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["mujoco_tiers"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load("benchmarks/mujoco_tiers.py", "mujoco_tiers")
 
 
 def _dataset(n=20):
