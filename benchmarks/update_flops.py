@@ -35,10 +35,11 @@ other jobs paused; ``offrl/benchmark.py``'s comment above ``BUDGETS``) times 3 x
 FLOPs per update. It adds 10 s per evaluation for the env steps (1 minute for a 30,000-update cell) and half a
 minute per cell for compiling and loading.
 
-Run (compiles about 90 programs; no training)::
+Run from the repository root (compiles about 150 programs, no training; ``PYTHONPATH=.`` so that
+this checkout's ``offrl`` is counted, not an installed one)::
 
-    python benchmarks/update_flops.py --json benchmarks/results/update-flops-2026-12-03.json
-    python benchmarks/update_flops.py --algos edac,sac_n --table budget
+    PYTHONPATH=. python benchmarks/update_flops.py --json benchmarks/results/new-algos-budget-2026-12-03.json
+    PYTHONPATH=. python benchmarks/update_flops.py --algos edac,sac_n --table budget --rate 151
 """
 
 from __future__ import annotations
