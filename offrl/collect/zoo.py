@@ -244,7 +244,7 @@ class DiscreteBehaviorPolicy:
             greedy = q.argmax(-1)
             explore = rng.random(greedy.shape) < eps
             actions = np.where(explore, rng.integers(0, n, greedy.shape), greedy)
-            log_probs = np.log((1.0 - eps) * (actions == greedy) + eps / n).astype(np.float32)
+            log_probs = epsilon_greedy_log_probs(q, actions, eps).astype(np.float32)
             return actions[:, None], carry, {"action_log_probs": log_probs, "greedy_actions": greedy}
 
         return act
