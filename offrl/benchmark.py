@@ -57,19 +57,9 @@ ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "
 #: minutes for the 9 cells of each, before evaluation. CQL runs without its 40k-step BC warm-up
 #: (at 20k updates the warm-up would leave it a BC policy; d3rlpy's CQL has none either).
 #: The newer algorithms' entries (benchmarks/new_algos_table.sh: the same envs x medium, medium-replay,
-#: 3 seeds, 96 cells) are sized by XLA's FLOP count of one update on HalfCheetah-shaped data
-#: (benchmarks/update_flops.py). GFLOP per update
-#: at the entry's setting (at the algorithm's defaults), updates, projected minutes per cell: CRR 0.19
-#: (0.19) 30k 3.4; XQL 0.15 (0.55) 30k 3.0; BRAC 0.21 (0.78) 30k 3.6; PLAS 0.12 (0.88) 30k 2.7; SPOT 0.22
-#: (1.43) 30k 3.7; IDQL 0.18 (0.66) 30k 3.9; TD3-AWR 0.36 (5.0) 20k 3.6; ReBRAC 0.52 (3.6) 20k 4.6; FQL
-#: 0.31 (12.1) 20k 3.2; SAC-N 0.64 (4.5) 20k 5.4; EDAC 1.04 (7.3) 20k 8.0; LB-SAC 0.68 (176) 20k 5.6;
-#: BEAR 0.73 (4.3) 20k 6.0; MOPO 0.17 + 0.10 for rollouts (0.61 + 0.51) 20k 4.8; MOBILE 1.14 + 0.10
-#: (6.8 + 0.51) 20k 11.2; COMBO 1.05 + 0.10 (13.8 + 0.54) 20k 10.6. The model-based three also fit
-#: their dynamics ensemble once per seed, 558 GFLOP per epoch, capped here at 10 epochs. Minutes are
-#: at 151 GFLOP/s for 3 seeds (the median over the six algorithms above of 3 x their FLOPs x their
-#: rates) plus 10 s per evaluation and half a minute of compiling per cell: about 8.3 hours for the
-#: 96 cells (6.9 h at IQL's 196 GFLOP/s, 9.5 h at BCQ's 128). Warm-ups are cut to fit the run (BEAR,
-#: BRAC, SPOT 5k updates, PLAS 10k) and LB-SAC's learning rates follow its square-root rule at batch 512.
+#: 3 seeds, 96 cells) are sized by XLA's FLOP count of one update (benchmarks/update_flops.py); each
+#: entry's GFLOP per update, updates, projected minutes and the warm-up cuts are listed in
+#: benchmarks/results/new-algos-budget-2026-12-03.md (about 8.3 hours for the 96 cells).
 BUDGETS = {"cpu": {"steps": 30_000, "eval_every": 5_000, "eval_episodes": 10,
                    "algos": {"awac": {"steps": 20_000, "set": {"actor_hidden_dims": "256,256"}},
                              "cql": {"steps": 20_000, "set": {"hidden_dims": "128,128", "bc_warmup_steps": "0"}},
