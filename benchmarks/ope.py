@@ -544,7 +544,7 @@ def run_dope(args) -> dict:
 
     data = ope_subsample(dataset, args.ope_episodes, args.seed)
     console.print(f"the estimators see {data.num_episodes} of {dataset.num_episodes} episodes ({len(data)} of {len(dataset)} rows)")
-    fqe = FQEConfig(hidden_dims=tuple(int(h) for h in args.fqe_hidden.split(",")))
+    fqe = FQEConfig(hidden_dims=tuple(int(h) for h in args.fqe_hidden.split(",")), layer_norm=args.fqe_layer_norm)
     config = OPEConfig(discount=args.discount, fqe_steps=args.fqe_steps, num_bootstrap=args.bootstrap, fqe=fqe,
                        estimators=estimators, fqe_seeds=args.fqe_seeds, dynamics=dynamics_settings(args),
                        model_horizon=args.model_horizon or None, model_samples=args.model_samples)
@@ -754,6 +754,7 @@ def main(argv=None) -> int:
     d.add_argument("--discount", type=float, default=0.99)
     d.add_argument("--fqe-steps", type=int, default=60_000, help="FQE's cap (it stops earlier once flat)")
     d.add_argument("--fqe-hidden", default="64,64", help="FQE critic widths (256,256 costs ~9x more per step for 14 policies)")
+    d.add_argument("--fqe-layer-norm", action="store_true", help="LayerNorm in FQE's critic (FQEConfig.layer_norm)")
     d.add_argument("--fqe-seeds", type=int, default=1, help="FQE critics per candidate (offrl ope --fqe-seeds)")
     d.add_argument("--ensemble-size", type=int, default=7, help="members of the model estimator's dynamics ensemble (as offrl ope)")
     d.add_argument("--num-elites", type=int, default=5, help="elites the model rollouts use (as offrl ope)")

@@ -111,6 +111,7 @@ class FQEConfig:
     next_action_samples: int = 2                # continuous: draws a' ~ pi(.|s') averaged in each backup (one antithetic pair)
     value_samples: int = 16                     # continuous: draws a ~ pi(.|s) averaged in V(s)
     normalize_returns: bool = True              # regress Q / c with c = return_scale(rewards, discount, longest episode)
+    layer_norm: bool = False                    # LayerNorm after each hidden layer: bounds Q off the data (Yue et al. 2023), see the docstring
     seed: int = 0
 
 
@@ -213,8 +214,8 @@ def sample_actions(key, target: GaussianTarget, low, high, num: int) -> jax.Arra
 # ---------------------------------------------------------------------- network and losses
 def critic_module(config: FQEConfig) -> nn.Module:
     if config.num_actions:
-        return MLP((*config.hidden_dims, config.num_actions))
-    return Critic(tuple(config.hidden_dims))
+        return MLP((*config.hidden_dims, config.num_actions), layer_norm=config.layer_norm)
+    return Critic(tuple(config.hidden_dims), layer_norm=config.layer_norm)
 
 
 def q_of(module, params, obs, actions, config: FQEConfig) -> jax.Array:

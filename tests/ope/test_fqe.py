@@ -54,8 +54,10 @@ def test_fqe_continuous_critic_learns_a_constant_reward_value():
     act = rng.uniform(-1, 1, size=(2000, 2)).astype(np.float32)
     ds = Dataset.from_arrays(obs, act, act[:, 0], np.ones(2000, bool), next_observations=obs)
     data = fqe.fqe_data(ds, np.zeros((1, 2000, 2), np.float32))
-    for extra in ({}, {"target_update_period": 50}):
+    for extra in ({}, {"target_update_period": 50}, {"layer_norm": True}):
         agents = fqe.create(fqe.FQEConfig(hidden_dims=(64, 64), learning_rate=1e-3, **extra), data)
+        names = str(jax.tree_util.tree_structure(agents.critic.params))
+        assert ("LayerNorm" in names) == bool(extra.get("layer_norm"))
         agents, _ = fqe.train(agents, data, num_steps=1500, chunk=500)
         q = fqe.q_values(agents, data, obs[:200], act[:200])[0, 0]
         assert np.abs(q - act[:200, 0]).mean() < 0.05
