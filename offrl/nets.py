@@ -15,8 +15,51 @@ import jax.numpy as jnp
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
+@jax.custom_batching.custom_vmap
+def _qr(z):
+    q, r = jnp.linalg.qr(z)
+    return q, r
+
+
+@_qr.def_vmap
+def _qr_one_matrix_at_a_time(axis_size, in_batched, z):
+    """Batched (a vmap over seeds or ensemble members), the QR runs one matrix at a time.
+
+    jaxlib's CPU QR kernel splits a batch over the intra-op thread pool and blocks its thread
+    until the pieces finish; inside one compiled program two such kernels can run at once, and on a
+    2-thread pool both threads then wait on work queued behind them forever (observed: a jitted
+    ``vmap`` of CQL's ``create`` hung in ``OrthogonalQr -> ParallelBatchMap`` on every run). The
+    per-matrix LAPACK calls, and so the values, are those of the batched kernel."""
+    (batched,) = in_batched
+    if not batched:
+        return _qr.fun(z), (False, False)
+    return jax.lax.map(_qr, z), (True, True)
+
+
+def orthogonal(scale: float = 1.0, column_axis: int = -1):
+    """``jax.nn.initializers.orthogonal`` (the same draws and values) with a QR that never
+    deadlocks inside a compiled, vmapped initialiser (see :func:`_qr_one_matrix_at_a_time`)."""
+    import math
+
+    import numpy as np
+
+    def init(key, shape, dtype=jnp.float32):
+        if len(shape) < 2:
+            raise ValueError("orthogonal initializer requires at least a 2D shape")
+        n, m = math.prod(shape) // shape[column_axis], shape[column_axis]
+        z = jax.random.normal(key, (max(n, m), min(n, m)), dtype)
+        q, r = _qr(z)
+        q = q * jnp.expand_dims(jnp.sign(jnp.diagonal(r, axis1=-2, axis2=-1)), -2)
+        if n < m:
+            q = q.T
+        q = jnp.moveaxis(jnp.reshape(q, tuple(np.delete(shape, column_axis)) + (shape[column_axis],)), -1, column_axis)
+        return jnp.array(scale, dtype) * q
+
+    return init
+
+
 def default_init(scale: float = jnp.sqrt(2.0)):
-    return nn.initializers.orthogonal(scale)
+    return orthogonal(scale)
 
 
 class MLP(nn.Module):

@@ -17,6 +17,7 @@ its parameters bit for bit.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -119,13 +120,42 @@ def _make_chunk_fn(module, num_steps: int, batch_size: int, vmap_seeds: bool, ba
 
 
 def create_agents(module, config, obs_dim: int, action_dim: int, seed: int, seeds: int):
-    """``(agents, data_keys)`` stacked over ``seeds``: seed ``i`` uses ``fold_in(PRNGKey(seed), i)``."""
+    """``(agents, data_keys)`` stacked over ``seeds``: seed ``i`` uses ``fold_in(PRNGKey(seed), i)``.
+
+    The initialisers run as one compiled program (:func:`_compiled_create`), not op by op."""
     import jax
 
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(np.arange(seeds))
     init_keys, data_keys = jax.vmap(lambda k: jax.random.split(k, 2))(keys).swapaxes(0, 1)
-    agents = jax.vmap(lambda k: module.create(config, obs_dim, action_dim, k))(init_keys)
-    return agents, data_keys
+    create = None
+    if not isinstance(init_keys, jax.core.Tracer):     # inside a caller's trace it is traced with it
+        try:
+            create = _compiled_create(module, config, obs_dim, action_dim)
+        except TypeError:                               # a config that cannot be hashed: op by op
+            pass
+    if create is None:
+        return jax.vmap(lambda k: module.create(config, obs_dim, action_dim, k))(init_keys), data_keys
+    return create(init_keys), data_keys
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_create(module, config, obs_dim: int, action_dim: int):
+    """``vmap(create)`` over init keys, jitted once per (module, config, dims). Op by op an agent's
+    initialisers are 70-150 small programs, each compiled on first use (seconds per algorithm); as
+    one program they compile once, at the lowest backend optimisation level (it runs once; the
+    normal sampler's float contractions then differ from op by op, so a kernel can differ from an
+    op-by-op ``create`` in its last bits, ~1e-6). Leaves come back strongly typed (a fresh agent's
+    ``step`` would otherwise be weakly typed where a checkpoint's is not, and the training chunk
+    would compile twice), and the same static parts (optimisers, apply functions) come back on
+    every call, so one chunk program serves them all."""
+    import jax
+    import jax.numpy as jnp
+
+    def init(keys):
+        agents = jax.vmap(lambda k: module.create(config, obs_dim, action_dim, k))(keys)
+        return jax.tree_util.tree_map(lambda x: jnp.asarray(x, x.dtype), agents)
+
+    return jax.jit(init, compiler_options={"xla_backend_optimization_level": 0})
 
 
 def unstack(tree, index: int = 0):
