@@ -144,7 +144,7 @@ def _compiled_create(module, config, obs_dim: int, action_dim: int):
     initialisers are 70-150 small programs, each compiled on first use (seconds per algorithm); as
     one program they compile once, at the lowest backend optimisation level (it runs once; the
     normal sampler's float contractions then differ from op by op, so a kernel can differ from an
-    op-by-op ``create`` in its last bits, ~1e-6). Leaves come back strongly typed (a fresh agent's
+    op-by-op ``create`` by a few 1e-6). Leaves come back strongly typed (a fresh agent's
     ``step`` would otherwise be weakly typed where a checkpoint's is not, and the training chunk
     would compile twice), and the same static parts (optimisers, apply functions) come back on
     every call, so one chunk program serves them all."""
@@ -155,7 +155,8 @@ def _compiled_create(module, config, obs_dim: int, action_dim: int):
         agents = jax.vmap(lambda k: module.create(config, obs_dim, action_dim, k))(keys)
         return jax.tree_util.tree_map(lambda x: jnp.asarray(x, x.dtype), agents)
 
-    return jax.jit(init, compiler_options={"xla_backend_optimization_level": 0})
+    cpu = jax.default_backend() == "cpu"             # the option is the CPU compiler's; elsewhere the default
+    return jax.jit(init, compiler_options={"xla_backend_optimization_level": 0} if cpu else None)
 
 
 def unstack(tree, index: int = 0):
