@@ -37,8 +37,9 @@ def _qr_one_matrix_at_a_time(axis_size, in_batched, z):
 
 
 def orthogonal(scale: float = 1.0, column_axis: int = -1):
-    """``jax.nn.initializers.orthogonal`` (the same draws and values) with a QR that never
-    deadlocks inside a compiled, vmapped initialiser (see :func:`_qr_one_matrix_at_a_time`)."""
+    """``jax.nn.initializers.orthogonal`` (the same draws and values) with a QR that does not
+    deadlock inside a compiled, vmapped initialiser as jax's batched one did
+    (:func:`_qr_one_matrix_at_a_time`; ``tests/engine/test_init.py``)."""
     import math
 
     import numpy as np
