@@ -92,6 +92,8 @@ BUDGETS = {"cpu": {"steps": 30_000, "eval_every": 5_000, "eval_episodes": 10,
            "full": {"steps": 1_000_000, "eval_every": 5_000, "eval_episodes": 10}}
 #: settings that define a cell: a folder holding cells made with other values is refused.
 CELL_SETTINGS = ("steps", "algo_steps", "seeds", "seed", "eval_every", "eval_episodes", "dataset_pattern", "overrides")
+#: the cell settings that are a mapping per algorithm: a request for some algorithms is checked on theirs
+PER_ALGO_SETTINGS = ("algo_steps", "overrides")
 PEER_PYTHON_ENV = "OFFRL_PEER_PYTHON"
 
 
@@ -233,16 +235,20 @@ def _claim_folder(out: Path, spec: BenchmarkSpec) -> None:
     path = out / "benchmark.json"
     if path.exists():
         previous = json.loads(path.read_text())
+        now = _spec_record(spec)
         for key in CELL_SETTINGS:
             # folders written before per-algorithm budgets existed ran every algorithm for `steps`
             was = previous.get(key, {}) if key == "algo_steps" else previous.get(key)
-            if was != _spec_record(spec)[key]:
+            if key in PER_ALGO_SETTINGS:    # {algo: ...}: a request for some of the algorithms compares theirs
+                was = {a: v for a, v in (was or {}).items() if a in spec.algos}
+            if was != now[key]:
                 flag = "--set" if key == "overrides" else f"--{key.replace('_', '-')}"
                 if key == "algo_steps":
                     flag = "--budget's per-algorithm steps"
-                raise ConfigError(f"{out} holds a benchmark made with {flag} {was!r}, not {_spec_record(spec)[key]!r}; "
+                raise ConfigError(f"{out} holds a benchmark made with {flag} {was!r}, not {now[key]!r}; "
                                   f"its finished cells are kept: pass the same settings to resume it, or choose another --out.")
-        record = {**previous, **{k: sorted(set(previous[k]) | set(_spec_record(spec)[k])) for k in ("envs", "tiers", "algos")}}
+        record = {**previous, **{k: sorted(set(previous[k]) | set(now[k])) for k in ("envs", "tiers", "algos")},
+                  **{k: {**(previous.get(k) or {}), **now[k]} for k in PER_ALGO_SETTINGS}}
         record["peer"] = spec.peer or previous.get("peer")
     else:
         if out.exists() and any(out.iterdir()):

@@ -316,3 +316,26 @@ def test_a_folder_from_before_per_algorithm_budgets_resumes_with_the_same_steps(
     _claim_folder(tmp_path, spec)   # no error
     with pytest.raises(ConfigError, match="per-algorithm steps"):
         _claim_folder(tmp_path, make_spec("pendulum", "medium", "bc,cql"))
+
+
+def test_a_request_for_some_of_the_tables_algorithms_resumes_their_cells(tmp_path):
+    """cpu_table.sh ENVS bc continues the BC cells of the recorded table: the per-algorithm
+    settings are compared for the requested algorithms only, and the record keeps the others'."""
+    import shutil
+    from pathlib import Path
+
+    from offrl.benchmark import _claim_folder, make_spec
+
+    recorded = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-table" / "benchmark.json"
+    shutil.copy(recorded, tmp_path / "benchmark.json")
+    before = json.loads((tmp_path / "benchmark.json").read_text())
+    pattern = "benchmarks/data/tiers/{env}-{tier}-v0.hdf5"
+    for algos in ("bc", "bc,cql", "cql"):
+        _claim_folder(tmp_path, make_spec("hopper", "medium-replay", algos, seeds=3, dataset_pattern=pattern))
+    after = json.loads((tmp_path / "benchmark.json").read_text())
+    assert after == before            # nothing of the other algorithms' settings is lost
+    with pytest.raises(ConfigError, match="per-algorithm steps"):   # CQL's cells ran 20k updates, not 30k
+        _claim_folder(tmp_path, make_spec("hopper", "medium", "cql", steps=30_000, seeds=3, dataset_pattern=pattern))
+    with pytest.raises(ConfigError, match="--set"):                  # BCQ's ran 128 x 128
+        _claim_folder(tmp_path, make_spec("hopper", "medium", "bcq", seeds=3, dataset_pattern=pattern,
+                                          overrides={"bcq": {"hidden_dims": "64,64"}}))
