@@ -98,11 +98,21 @@ class Critic(nn.Module):
 
 
 class EnsembleCritic(nn.Module):
-    """``num_qs`` independent critics evaluated with one vmapped call: output ``(num_qs, batch)``."""
+    """``num_qs`` independent critics evaluated with one vmapped call: output ``(num_qs, batch)``.
+
+    ``broadcast_inputs`` changes the layout, not the numbers' meaning or the parameters: the inputs
+    are broadcast to every member before the vmapped call. With a shared input, the first layer's
+    product is one ``(rows, num_qs * width)`` matmul whose output XLA then transposes to
+    ``(num_qs, rows, width)``, forward and again backward. On many rows that transpose costs
+    more than it saves (CQL's critic on 31 x 256 rows: 5% more updates/s broadcast), on a batch of
+    256 rows the merged matmul wins (TD3+BC: 5% fewer broadcast); benchmarks/README.md, "CQL and
+    BCQ against their matmul ceiling".
+    """
 
     hidden_dims: Sequence[int] = (256, 256)
     num_qs: int = 2
     layer_norm: bool = False
+    broadcast_inputs: bool = False
 
     @nn.compact
     def __call__(self, obs, actions):
@@ -110,10 +120,13 @@ class EnsembleCritic(nn.Module):
             Critic,
             variable_axes={"params": 0},
             split_rngs={"params": True},
-            in_axes=None,
+            in_axes=0 if self.broadcast_inputs else None,
             out_axes=0,
             axis_size=self.num_qs,
         )
+        if self.broadcast_inputs:
+            obs = jnp.broadcast_to(obs, (self.num_qs, *obs.shape))
+            actions = jnp.broadcast_to(actions, (self.num_qs, *actions.shape))
         return ensemble(self.hidden_dims, self.layer_norm)(obs, actions)
 
 

@@ -122,7 +122,8 @@ def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Age
     actor_key, critic_key, rng = jax.random.split(key, 3)
     obs, act = jnp.zeros((1, obs_dim)), jnp.zeros((1, action_dim))
     actor_net = GaussianActor(action_dim, config.hidden_dims, tanh_squash=True, state_dependent_std=True)
-    critic_net = EnsembleCritic(config.hidden_dims, num_qs=config.num_qs)
+    # broadcast inputs: the penalty evaluates the critics on (1 + 3 n_actions) x batch rows (nets.EnsembleCritic)
+    critic_net = EnsembleCritic(config.hidden_dims, num_qs=config.num_qs, broadcast_inputs=True)
     critic_params = critic_net.init(critic_key, obs, act)
     return Agent(
         actor=make_train_state(actor_net, actor_net.init(actor_key, obs), config.actor_lr),
