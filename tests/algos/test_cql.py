@@ -242,8 +242,9 @@ def test_rho_update_penalises_the_previous_policys_actions_at_s():
 
 def test_default_update_is_cql_h_unchanged():
     """Three default-config updates on a fixed batch give the numbers the update gave before the
-    ``variant`` field existed (recorded from that commit, b9a3289, with this script); the lowered
-    program is also unchanged (benchmarks/update_program_identity.py: cql d22eb09b2d6f3e4a both)."""
+    ``variant`` field existed (recorded from that commit, b9a3289, with this script); that change
+    also left the lowered program unchanged (benchmarks/update_program_identity.py: cql d22eb09b2d6f3e4a
+    both). The critic's broadcast inputs (nets.EnsembleCritic) changed the program, not these numbers."""
     config = cql.Config(hidden_dims=(8,), n_actions=3, batch_size=4, bc_warmup_steps=1)
     assert config.variant == "h"
     agent = cql.create(config, 3, 2, jax.random.PRNGKey(7))
