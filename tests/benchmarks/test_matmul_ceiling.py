@@ -1,0 +1,40 @@
+"""benchmarks/matmul_ceiling.py: the dots of a program, their counts and FLOPs."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from benchmark_script import load
+
+ceiling = load("benchmarks/matmul_ceiling.py", "matmul_ceiling")
+
+
+def test_dots_are_found_inside_gradients_scans_and_jits_with_their_trip_counts():
+    w1, w2 = jnp.ones((5, 5)), jnp.ones((3, 5, 11))
+
+    @jax.jit
+    def inner(x):
+        return x @ w1                                         # (4, 5) x (5, 5), inside a jit
+
+    def f(x):
+        def body(carry, _):
+            h = inner(carry)
+            return h, jnp.einsum("rh,ehk->erk", h, w2).sum()  # (4, 5) x (3, 5, 11)
+        _, ys = jax.lax.scan(body, x, None, length=6)
+        return ys.sum()
+
+    forward = ceiling.collect_dots(jax.make_jaxpr(f)(jnp.ones((4, 5))).jaxpr)
+    assert sorted(forward.values()) == [6, 6]                 # two dots, six trips each
+    both = ceiling.collect_dots(jax.make_jaxpr(jax.grad(f))(jnp.ones((4, 5))).jaxpr)
+    # the gradient adds the einsum's and the product's input gradients, again once per trip
+    assert len(both) == 4 and set(both.values()) == {6}
+    shapes = {(k[0], k[2]) for k in both}
+    assert ((4, 5), (5, 5)) in shapes and ((3, 5, 11), (4, 5)) in shapes
+    assert sum(ceiling.dot_flops(k[0], k[2], k[4]) * n for k, n in forward.items()) == 6 * (2 * 4 * 5 * 5 + 2 * 3 * 4 * 5 * 11)
+
+
+def test_dot_flops_counts_batch_contracting_and_free_dimensions():
+    dims = (((2,), (1,)), ((0,), (0,)))      # (e, r, h) . (e, h, k) -> (e, r, k)
+    assert ceiling.dot_flops((2, 7936, 256), (2, 256, 256), dims) == 2 * 2 * 7936 * 256 * 256
+    dims = (((1,), (1,)), ((0,), (0,)))      # (e, r, h) . (e, r, k) -> (e, h, k): a weight gradient
+    assert ceiling.dot_flops((2, 100, 30), (2, 100, 40), dims) == 2 * 2 * 100 * 30 * 40
