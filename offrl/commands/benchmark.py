@@ -40,7 +40,7 @@ def register(subparsers) -> None:
                    help=f"comma-separated tiers of {', '.join(TIERS)} (default medium,medium-replay,medium-expert)")
     p.add_argument("--algos", default="bc,td3_bc,iql,cql", help="comma-separated algorithms (default bc,td3_bc,iql,cql)")
     p.add_argument("--budget", default="cpu", help="; ".join(
-        f"{name}: {b['steps']} updates" + "".join(f", {a} {v['steps']} with {', '.join(f'{k}={x}' for k, x in v.get('set', {}).items())}"
+        f"{name}: {b['steps']} updates" + "".join(f", {a} {v['steps']}" + (f" with {', '.join(f'{k}={x}' for k, x in v['set'].items())}" if v.get('set') else "")
                                                   for a, v in b.get("algos", {}).items()) + f", eval every {b['eval_every']}"
         for name, b in BUDGETS.items()) + " (default cpu, sized for about 6 hours of a 2-core CPU for the 54-cell MuJoCo table; "
                                           "full is the papers', for a GPU)")
