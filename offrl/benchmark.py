@@ -55,13 +55,16 @@ ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "
 #: BC 432/s, TD3+BC 122/s, IQL 120/s, AWAC (2 x 256 actor) 31/s, CQL at 2 x 128 26/s (2 x 256: 9/s),
 #: BCQ at 2 x 128 with a 2 x 256 VAE 99/s, so the updates alone are about 10, 37, 38, 98, 117 and 30
 #: minutes for the 9 cells of each, before evaluation. CQL runs without its 40k-step BC warm-up
-#: (at 20k updates the warm-up would leave it a BC policy; d3rlpy's CQL has none either).
+#: (at 20k updates the warm-up would leave it a BC policy; d3rlpy's CQL has none either). AWAC runs
+#: CORL's D4RL batch of 256 (its configs/offline/awac/*: batch 256, 2 x 256 networks) instead of the
+#: paper's 1024: its first cell at 1024 took 68 minutes (HalfCheetah medium, loaded machine), a
+#: quarter of the rows per update brings the nine AWAC cells in line with the others.
 #: The newer algorithms' entries (benchmarks/new_algos_table.sh: the same envs x medium, medium-replay,
 #: 3 seeds, 96 cells) are sized by XLA's FLOP count of one update (benchmarks/update_flops.py); each
 #: entry's GFLOP per update, updates, projected minutes and the warm-up cuts are listed in
 #: benchmarks/results/new-algos-budget-2026-12-03.md (about 8.3 hours for the 96 cells).
 BUDGETS = {"cpu": {"steps": 30_000, "eval_every": 5_000, "eval_episodes": 10,
-                   "algos": {"awac": {"steps": 20_000, "set": {"actor_hidden_dims": "256,256"}},
+                   "algos": {"awac": {"steps": 20_000, "set": {"actor_hidden_dims": "256,256", "batch_size": "256"}},
                              "cql": {"steps": 20_000, "set": {"hidden_dims": "128,128", "bc_warmup_steps": "0"}},
                              "bcq": {"steps": 20_000, "set": {"hidden_dims": "128,128", "vae_hidden_dims": "256,256"}},
                              # the newer algorithms (benchmarks/new_algos_table.sh; comment above)

@@ -262,6 +262,7 @@ def test_cpu_budget_gives_each_algorithm_its_own_updates_and_settings():
     assert spec.steps == 30_000 and spec.steps_of("bc") == spec.steps_of("iql") == 30_000
     assert spec.steps_of("cql") == spec.steps_of("bcq") == spec.steps_of("awac") == 20_000
     assert spec.overrides["cql"] == {"hidden_dims": "128,128", "bc_warmup_steps": "0"}
+    assert spec.overrides["awac"] == {"actor_hidden_dims": "256,256", "batch_size": "256"}  # CORL's D4RL batch
     assert "bc" not in spec.overrides and BUDGETS["cpu"]["algos"]["bcq"]["set"]["vae_hidden_dims"] == "256,256"
     fixed = make_spec("pendulum", "medium", "bc,cql", steps=1000, eval_every=500)
     assert fixed.steps_of("cql") == fixed.steps_of("bc") == 1000 and fixed.algo_steps == {}
