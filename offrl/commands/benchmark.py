@@ -22,6 +22,15 @@ def benchmark_defaults() -> dict:
     return {name: parameters[name].default for name in BENCHMARK_SETTINGS if name in parameters}
 
 
+def _budget_help(name: str, budget: dict) -> str:
+    """One budget for --help: its updates, each algorithm's own updates and settings, the evaluation interval."""
+    parts = [f"{name}: {budget['steps']} updates"]
+    for algo, entry in budget.get("algos", {}).items():
+        settings = ", ".join(f"{k}={x}" for k, x in entry.get("set", {}).items())
+        parts.append(f"{algo} {entry['steps']}" + (f" with {settings}" if settings else ""))
+    return ", ".join(parts + [f"eval every {budget['eval_every']}"])
+
+
 def register(subparsers) -> None:
     import argparse
 
@@ -39,11 +48,9 @@ def register(subparsers) -> None:
     p.add_argument("--tiers", default="medium,medium-replay,medium-expert",
                    help=f"comma-separated tiers of {', '.join(TIERS)} (default medium,medium-replay,medium-expert)")
     p.add_argument("--algos", default="bc,td3_bc,iql,cql", help="comma-separated algorithms (default bc,td3_bc,iql,cql)")
-    p.add_argument("--budget", default="cpu", help="; ".join(
-        f"{name}: {b['steps']} updates" + "".join(f", {a} {v['steps']}" + (f" with {', '.join(f'{k}={x}' for k, x in v['set'].items())}" if v.get('set') else "")
-                                                  for a, v in b.get("algos", {}).items()) + f", eval every {b['eval_every']}"
-        for name, b in BUDGETS.items()) + " (default cpu, sized for about 6 hours of a 2-core CPU for the 54-cell MuJoCo table; "
-                                          "full is the papers', for a GPU)")
+    p.add_argument("--budget", default="cpu", help="; ".join(_budget_help(name, b) for name, b in BUDGETS.items())
+                   + " (default cpu, sized for about 6 hours of a 2-core CPU for the 54-cell MuJoCo table; "
+                     "full is the papers', for a GPU)")
     add_flags(p, RunSettings, prefix="run", only=BENCHMARK_SETTINGS, defaults=benchmark_defaults(),
               shown={"steps": "the budget's", "eval_every": "the budget's", "eval_episodes": "the budget's"})
     p.add_argument("--quiet", dest="run__progress", action="store_false", help=argparse.SUPPRESS)  # old name of --no-progress
