@@ -47,3 +47,26 @@ def test_readme_without_markers_is_refused_and_kept(tmp_path, capsys):
     assert _module().main(["--table", str(folder), "--readme", str(readme)]) == 2
     assert "must hold exactly one <!-- cpu-table:begin -->" in capsys.readouterr().err
     assert readme.read_text() == "no markers here\n"
+
+
+def test_beside_adds_another_folders_algorithms_on_the_same_datasets(tmp_path, capsys):
+    folder = _table(tmp_path)
+    other = tmp_path / "other"
+    (other / "cells" / "hopper-medium-iql").mkdir(parents=True)
+    (other / "cells" / "walker2d-medium-iql").mkdir(parents=True)
+    (other / "benchmark.json").write_text(json.dumps({"envs": ["hopper", "walker2d"], "tiers": ["medium"], "algos": ["iql", "bc"],
+                                                       "seeds": 3, "steps": 30000}))
+    for env, score in (("hopper", 47.1), ("walker2d", 7.3)):
+        cell = {"env": env, "tier": "medium", "algo": "iql", "last_mean": score, "last_std": 4.0, "wall_s": 480.0}
+        (other / "cells" / f"{env}-medium-iql" / "cell.json").write_text(json.dumps(cell))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- new:begin -->\n<!-- new:end -->\n<!-- cpu-table:begin -->\nkept\n<!-- cpu-table:end -->\n")
+    assert _module().main(["--table", str(folder), "--readme", str(readme), "--marker", "new", "--beside", f"{other}:iql"]) == 0
+    text = readme.read_text()
+    assert "| dataset | BC | CQL | IQL |" in text
+    assert "| hopper-medium | - | 51.2 ± 3.0 (10 min) | 47.1 ± 4.0 (8 min) |" in text
+    assert "| hopper-medium-replay | - | - | - |" in text
+    assert "walker2d" not in text                       # the other folder's datasets outside this table are not shown
+    assert "<!-- cpu-table:begin -->\nkept\n" in text    # the other block is untouched
+    assert _module().main(["--table", str(folder), "--readme", str(readme), "--beside", "nofolder"]) == 2
+    assert "must be FOLDER:ALGO" in capsys.readouterr().err
