@@ -9,7 +9,8 @@ Each run rewrites the folder's results.md/results.csv and the README's block bet
 ``<!-- MARKER:begin -->`` and ``<!-- MARKER:end -->``: one row per dataset, one column per algorithm
 (then the ``--beside`` algorithms of another folder, on the same datasets, for comparison), each
 cell the last evaluation's normalized score (mean ± std over seeds) and its wall time, unfinished
-cells as ``-``. Nothing else in the README is touched; a README without both markers is refused.
+cells as ``-``; where ``offrl benchmark --peer`` ran, the peer's score and wall time follow
+ours in the same cell. Nothing else in the README is touched; a README without both markers is refused.
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ def finished_cells(folder: Path) -> tuple[dict, list[dict]]:
     for env, tier, algo in order:
         path = folder / "cells" / f"{env}-{tier}-{algo}" / "cell.json"
         if path.exists():
-            cells.append(json.loads(path.read_text()))
+            cell = json.loads(path.read_text())
+            for peer_file in sorted(path.parent.glob("peer-*.json")):
+                if not peer_file.name.endswith("-request.json"):     # a finished peer run (offrl benchmark --peer)
+                    from offrl.benchmark import peer_columns
+
+                    peer = json.loads(peer_file.read_text())
+                    cell = {**cell, **peer_columns(peer["peer"], peer)}
+            cells.append(cell)
     return record, cells
 
 
@@ -49,21 +57,28 @@ def readme_table(record: dict, cells: list[dict], beside: list[dict] = (), besid
     settings = "; ".join(f"{a.upper()} " + ", ".join(f"{k}={v}" for k, v in sorted(s.items()))
                          for a, s in sorted(record.get("overrides", {}).items()) if s)
     wall = sum(c["wall_s"] for c in cells)
+    peers = sorted({c["peer"] for c in [*beside, *cells] if c.get("peer_last_mean") is not None})
     lines = [f"{len(cells)} of {total} cells finished ({wall / 3600:.1f} h of wall time so far). Normalized score at the "
              f"last evaluation, mean ± std over {record['seeds']} seeds (vmapped), and the cell's wall time in minutes "
              f"(training, evaluation and compilation of all seeds). Updates: "
              + ", ".join(f"{a.upper()} {s // 1000}k" for a, s in steps.items())
              + (f"; settings other than the defaults: {settings}" if settings else "") + "."
              + (f" Beside them, for comparison, {', '.join(a.upper() for a in extra)} on the same tier files "
-                f"from `{beside_from}` (their own budgets)." if extra else ""), "",
+                f"from `{beside_from}` (their own budgets)." if extra else "")
+             + (f" After a semicolon: the same cell run by {', '.join(peers)} (`offrl benchmark --peer`: the same file, "
+                f"network sizes, updates, seeds and evaluation), and its wall time." if peers else ""), "",
              "| dataset | " + " | ".join(a.upper() for a in [*algos, *extra]) + " |", "|---|" + "---|" * len(algos + extra)]
     for env in record["envs"]:
         for tier in record["tiers"]:
             row = []
             for algo in [*algos, *extra]:
                 c = by.get((env, tier, algo))
-                row.append("-" if c is None or c.get("last_mean") is None
-                           else f"{c['last_mean']:.1f} ± {c['last_std']:.1f} ({c['wall_s'] / 60:.0f} min)")
+                text = ("-" if c is None or c.get("last_mean") is None
+                        else f"{c['last_mean']:.1f} ± {c['last_std']:.1f} ({c['wall_s'] / 60:.0f} min)")
+                if c is not None and c.get("peer_last_mean") is not None:
+                    text += (f"; {c['peer']} {c['peer_last_mean']:.1f} ± {c['peer_last_std']:.1f}"
+                             f" ({c['peer_wall_s'] / 60:.0f} min)")
+                row.append(text)
             lines.append(f"| {env}-{tier} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 

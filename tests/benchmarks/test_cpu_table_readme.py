@@ -70,3 +70,17 @@ def test_beside_adds_another_folders_algorithms_on_the_same_datasets(tmp_path, c
     assert "<!-- cpu-table:begin -->\nkept\n" in text    # the other block is untouched
     assert _module().main(["--table", str(folder), "--readme", str(readme), "--beside", "nofolder"]) == 2
     assert "must be FOLDER:ALGO" in capsys.readouterr().err
+
+
+def test_a_finished_peer_run_is_shown_in_its_cell(tmp_path):
+    folder = _table(tmp_path)
+    cell = folder / "cells" / "hopper-medium-cql"
+    (cell / "peer-d3rlpy-request.json").write_text("{}")
+    (cell / "peer-d3rlpy.json").write_text(json.dumps({"peer": "d3rlpy", "last_mean": 40.04, "last_std": 5.0, "best_mean": 45.0,
+                                                       "best_std": 1.0, "wall_s": 1500.0, "unmatched": []}))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- cpu-table:begin -->\n<!-- cpu-table:end -->\n")
+    assert _module().main(["--table", str(folder), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "| hopper-medium | - | 51.2 ± 3.0 (10 min); d3rlpy 40.0 ± 5.0 (25 min) |" in text
+    assert "After a semicolon: the same cell run by d3rlpy" in text
