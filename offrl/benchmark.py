@@ -55,17 +55,28 @@ ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "
 #: BC 432/s, TD3+BC 122/s, IQL 120/s, AWAC (2 x 256 actor) 31/s, CQL at 2 x 128 26/s (2 x 256: 9/s),
 #: BCQ at 2 x 128 with a 2 x 256 VAE 99/s, so the updates alone are about 10, 37, 38, 98, 117 and 30
 #: minutes for the 9 cells of each, before evaluation. CQL runs without its 40k-step BC warm-up
-#: (at 20k updates the warm-up would leave it a BC policy; d3rlpy's CQL has none either). AWAC runs
+#: (at 20k updates the warm-up would leave it a BC policy; d3rlpy's CQL has none either) and with
+#: CORL's Gym-MuJoCo settings (configs/offline/cql/*: cql_alpha 10, policy lr 3e-5, normalised
+#: observations): with the paper's Gym defaults (alpha 5, policy lr 1e-4, raw observations) its
+#: actor left the data on Hopper (medium 8.2 vs 65.4 with CORL's hopper-medium settings,
+#: benchmarks/results/cql-hopper-diagnostics-2026-12-05). AWAC runs
 #: CORL's D4RL batch of 256 (its configs/offline/awac/*: batch 256, 2 x 256 networks) instead of the
 #: paper's 1024: its first cell at 1024 took 68 minutes (HalfCheetah medium, loaded machine), a
-#: quarter of the rows per update brings the nine AWAC cells in line with the others.
+#: quarter of the rows per update brings the nine AWAC cells in line with the others. It also runs
+#: CORL's advantage weights and inputs (lambda 1/3, exp(A / lambda) clipped at 100 instead of the
+#: batch softmax, normalised observations; its 3 x 256 actor stays 2 x 256 here): with the paper's
+#: lambda 1 and the batch softmax its critic diverged on two of three hopper-medium seeds (score
+#: 6.7 vs 29.4 with CORL's, benchmarks/results/awac-hopper-diagnostics-2026-12-05).
 #: The newer algorithms' entries (benchmarks/new_algos_table.sh: the same envs x medium, medium-replay,
 #: 3 seeds, 96 cells) are sized by XLA's FLOP count of one update (benchmarks/update_flops.py); each
 #: entry's GFLOP per update, updates, projected minutes and the warm-up cuts are listed in
 #: benchmarks/results/new-algos-budget-2026-12-03.md (about 8.3 hours for the 96 cells).
 BUDGETS = {"cpu": {"steps": 30_000, "eval_every": 5_000, "eval_episodes": 10,
-                   "algos": {"awac": {"steps": 20_000, "set": {"actor_hidden_dims": "256,256", "batch_size": "256"}},
-                             "cql": {"steps": 20_000, "set": {"hidden_dims": "128,128", "bc_warmup_steps": "0"}},
+                   "algos": {"awac": {"steps": 20_000, "set": {"actor_hidden_dims": "256,256", "batch_size": "256", "lam": "0.3333",
+                                                               "normalize_weights": "false", "max_weight": "100",
+                                                               "normalize_observations": "true"}},
+                             "cql": {"steps": 20_000, "set": {"hidden_dims": "128,128", "bc_warmup_steps": "0", "cql_alpha": "10",
+                                                              "actor_lr": "3e-5", "normalize_observations": "true"}},
                              "bcq": {"steps": 20_000, "set": {"hidden_dims": "128,128", "vae_hidden_dims": "256,256"}},
                              # the newer algorithms (benchmarks/new_algos_table.sh; comment above)
                              "crr": {"steps": 30_000},

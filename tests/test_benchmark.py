@@ -261,13 +261,16 @@ def test_cpu_budget_gives_each_algorithm_its_own_updates_and_settings():
     spec = make_spec("pendulum", "medium", "bc,cql,bcq,awac,iql")
     assert spec.steps == 30_000 and spec.steps_of("bc") == spec.steps_of("iql") == 30_000
     assert spec.steps_of("cql") == spec.steps_of("bcq") == spec.steps_of("awac") == 20_000
-    assert spec.overrides["cql"] == {"hidden_dims": "128,128", "bc_warmup_steps": "0"}
-    assert spec.overrides["awac"] == {"actor_hidden_dims": "256,256", "batch_size": "256"}  # CORL's D4RL batch
+    assert spec.overrides["cql"] == {"hidden_dims": "128,128", "bc_warmup_steps": "0", "cql_alpha": "10",  # CORL's Gym settings
+                                     "actor_lr": "3e-5", "normalize_observations": "true"}
+    assert spec.overrides["awac"] == {"actor_hidden_dims": "256,256", "batch_size": "256", "lam": "0.3333",  # CORL's D4RL config
+                                      "normalize_weights": "false", "max_weight": "100", "normalize_observations": "true"}
     assert "bc" not in spec.overrides and BUDGETS["cpu"]["algos"]["bcq"]["set"]["vae_hidden_dims"] == "256,256"
     fixed = make_spec("pendulum", "medium", "bc,cql", steps=1000, eval_every=500)
     assert fixed.steps_of("cql") == fixed.steps_of("bc") == 1000 and fixed.algo_steps == {}
     mine = make_spec("pendulum", "medium", "cql", overrides={"cql.hidden_dims": "64,64"})
-    assert mine.overrides["cql"] == {"hidden_dims": "64,64", "bc_warmup_steps": "0"}
+    assert mine.overrides["cql"] == {"hidden_dims": "64,64", "bc_warmup_steps": "0", "cql_alpha": "10", "actor_lr": "3e-5",
+                                     "normalize_observations": "true"}
 
 
 NEW_ALGOS = "rebrac,sac_n,edac,lb_sac,spot,xql,crr,bear,plas,td3_awr,brac,mopo,mobile,combo,idql,fql"
