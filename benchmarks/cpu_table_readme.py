@@ -29,6 +29,9 @@ def markers(name: str) -> tuple[str, str]:
 
 def finished_cells(folder: Path) -> tuple[dict, list[dict]]:
     """The table's ``benchmark.json`` record and its finished cells, in the table's order."""
+    from offrl.benchmark import peer_columns
+    from offrl.peers import PEERS
+
     record = json.loads((folder / "benchmark.json").read_text())
     order = [(e, t, a) for e in record["envs"] for t in record["tiers"] for a in record["algos"]]
     cells = []
@@ -36,12 +39,9 @@ def finished_cells(folder: Path) -> tuple[dict, list[dict]]:
         path = folder / "cells" / f"{env}-{tier}-{algo}" / "cell.json"
         if path.exists():
             cell = json.loads(path.read_text())
-            for peer_file in sorted(path.parent.glob("peer-*.json")):
-                if not peer_file.name.endswith("-request.json"):     # a finished peer run (offrl benchmark --peer)
-                    from offrl.benchmark import peer_columns
-
-                    peer = json.loads(peer_file.read_text())
-                    cell = {**cell, **peer_columns(peer["peer"], peer)}
+            for peer in PEERS:                     # a finished `offrl benchmark --peer` run of this cell
+                if (path.parent / f"peer-{peer}.json").exists():
+                    cell = {**cell, **peer_columns(peer, json.loads((path.parent / f"peer-{peer}.json").read_text()))}
             cells.append(cell)
     return record, cells
 
@@ -110,12 +110,11 @@ def main(argv=None) -> int:
     beside, beside_from = [], ""
     if args.beside:
         other, _, names = args.beside.rpartition(":")
-        other = Path(other)
-        if not other or not (other / "benchmark.json").exists() or not names:
+        if not other or not names or not (Path(other) / "benchmark.json").exists():
             print(f"error: --beside '{args.beside}' must be FOLDER:ALGO[,ALGO] with a benchmark.json in FOLDER, "
                   f"e.g. benchmarks/results/cpu-table:iql,td3_bc.", file=sys.stderr)
             return 2
-        wanted = set(names.split(","))
+        other, wanted = Path(other), set(names.split(","))
         beside = [c for c in finished_cells(other)[1] if c["algo"] in wanted
                   and c["env"] in record["envs"] and c["tier"] in record["tiers"]]
         beside_from = other.resolve().relative_to(ROOT).as_posix() if other.resolve().is_relative_to(ROOT) else str(other)

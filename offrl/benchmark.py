@@ -60,7 +60,7 @@ ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "
 #: observations): with the paper's Gym defaults (alpha 5, policy lr 1e-4, raw observations) its
 #: actor left the data on Hopper (medium 8.2 vs 65.4 with CORL's hopper-medium settings,
 #: benchmarks/results/cql-hopper-diagnostics-2026-12-05). AWAC runs
-#: CORL's D4RL batch of 256 (its configs/offline/awac/*: batch 256, 2 x 256 networks) instead of the
+#: CORL's D4RL batch of 256 (its configs/offline/awac/*: batch 256, 256-wide networks) instead of the
 #: paper's 1024: its first cell at 1024 took 68 minutes (HalfCheetah medium, loaded machine), a
 #: quarter of the rows per update brings the nine AWAC cells in line with the others. It also runs
 #: CORL's advantage weights and inputs (lambda 1/3, exp(A / lambda) clipped at 100 instead of the
