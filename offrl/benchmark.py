@@ -253,13 +253,16 @@ def _claim_folder(out: Path, spec: BenchmarkSpec) -> None:
         for key in CELL_SETTINGS:
             # folders written before per-algorithm budgets existed ran every algorithm for `steps`
             was = previous.get(key, {}) if key == "algo_steps" else previous.get(key)
-            if key in PER_ALGO_SETTINGS:    # {algo: ...}: a request for some of the algorithms compares theirs
-                was = {a: v for a, v in (was or {}).items() if a in spec.algos}
-            if was != now[key]:
+            is_now = now[key]
+            if key in PER_ALGO_SETTINGS:    # {algo: ...}: compare the algorithms both runs name; a new one adds a row
+                both = set(spec.algos) & set(previous.get("algos", ()))
+                was = {a: v for a, v in (was or {}).items() if a in both}
+                is_now = {a: v for a, v in is_now.items() if a in both}
+            if was != is_now:
                 flag = "--set" if key == "overrides" else f"--{key.replace('_', '-')}"
                 if key == "algo_steps":
                     flag = "--budget's per-algorithm steps"
-                raise ConfigError(f"{out} holds a benchmark made with {flag} {was!r}, not {now[key]!r}; "
+                raise ConfigError(f"{out} holds a benchmark made with {flag} {was!r}, not {is_now!r}; "
                                   f"its finished cells are kept: pass the same settings to resume it, or choose another --out.")
         record = {**previous, **{k: sorted(set(previous[k]) | set(now[k])) for k in ("envs", "tiers", "algos")},
                   **{k: {**(previous.get(k) or {}), **now[k]} for k in PER_ALGO_SETTINGS}}

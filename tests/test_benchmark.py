@@ -343,3 +343,25 @@ def test_a_request_for_some_of_the_tables_algorithms_resumes_their_cells(tmp_pat
     with pytest.raises(ConfigError, match="--set"):                  # BCQ's ran 128 x 128
         _claim_folder(tmp_path, make_spec("hopper", "medium", "bcq", seeds=3, dataset_pattern=pattern,
                                           overrides={"bcq": {"hidden_dims": "64,64"}}))
+
+
+def test_a_new_algorithm_adds_a_row_to_a_table_that_lacks_it(tmp_path):
+    """new_algos_table.sh run one algorithm at a time: a folder whose record holds ReBRAC's cells takes
+    EDAC's (an algorithm it has not run: nothing to compare), keeps ReBRAC's settings, and still
+    refuses ReBRAC at other settings."""
+    from offrl.benchmark import BUDGETS, _claim_folder, make_spec
+
+    pattern = "benchmarks/data/tiers/{env}-{tier}-v0.hdf5"
+
+    def spec(algos, **kw):
+        return make_spec("hopper", "medium", algos, seeds=3, dataset_pattern=pattern, budget="cpu", **kw)
+
+    _claim_folder(tmp_path, spec("rebrac"))
+    _claim_folder(tmp_path, spec("edac"))           # no error: EDAC is a new row
+    record = json.loads((tmp_path / "benchmark.json").read_text())
+    assert record["algos"] == ["edac", "rebrac"]
+    assert record["algo_steps"] == {"rebrac": BUDGETS["cpu"]["algos"]["rebrac"]["steps"],
+                                    "edac": BUDGETS["cpu"]["algos"]["edac"]["steps"]}
+    assert record["overrides"]["rebrac"] == {"hidden_dims": "128,128"}
+    with pytest.raises(ConfigError, match="--set"):
+        _claim_folder(tmp_path, spec("rebrac", overrides={"rebrac": {"hidden_dims": "64,64"}}))
