@@ -31,9 +31,9 @@ Run::
 
 from __future__ import annotations
 
-import os
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -215,8 +215,6 @@ def main(argv=None) -> int:
         Path(args.out + ".md").write_text(markdown(result))
         print(markdown(result))
         return 0
-    import os
-
     load = os.getloadavg()
     result = {"command": "python benchmarks/sequence_models.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "settings": {"steps": args.steps, "seeds": args.seeds, "episodes": args.episodes},

@@ -53,6 +53,11 @@ def run(args) -> int:
     rmean, rstd = result["return"]
     table.add_row("mean ± std", f"{rmean:.2f} ± {rstd:.2f}", "-" if not math.isfinite(mean) else f"{mean:.2f} ± {std:.2f}", "", "", style="bold")
     Console().print(table)
+    first = result["per_seed"][0]
+    if "eval/planning_ms_per_step" in first:     # planners: TT, Diffuser, IDQL
+        envs = len(result["per_seed"]) * result["episodes"]
+        Console().print(f"planning: {first['eval/planning_ms_per_step']:.1f} ms per env step for {envs} envs planned together "
+                        f"({first['eval/planning_ms_per_action']:.2f} ms per action)")
     return 0
 
 

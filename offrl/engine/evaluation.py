@@ -89,6 +89,9 @@ class Evaluator:
 
         S, K, info = self.seeds, self.episodes, self.info
         reset_seeds = [self.eval_seed + k for _ in range(S) for k in range(K)]
+        timed = isinstance(getattr(self._act, "planning_seconds", None), list)
+        if timed:                       # planners time every env step; count this evaluation's only
+            self._act.planning_seconds.clear()
         out = run_episodes(self.env, self._act, agents, reset_seeds, jax.random.PRNGKey(self.eval_seed), carry=self._carry)
         rewards = info.reward_scale * np.asarray(out["rewards"], np.float64) + info.reward_bias
         steps = np.arange(rewards.shape[1])
@@ -102,16 +105,26 @@ class Evaluator:
             q0 = np.asarray(self._q(agents, obs0, act0))
         returns = np.asarray(out["return"], np.float64).reshape(S, K)
         score = normalized_score(self.env_id, returns, self.metadata)
-        return {
+        result = {
             "return": returns,
             "normalized_score": np.full((S, K), np.nan) if score is None else np.asarray(score),
             "length": np.asarray(out["length"]).reshape(S, K),
             "q_estimate": q0,
             "discounted_return": disc_returns,
         }
+        if timed:
+            result["planning_seconds_per_step"] = np.full((S, K), _mean_after_first(self._act.planning_seconds))
+            result["planning_seconds_per_action"] = np.full((S, K), self._act.seconds_per_action)
+        return result
 
     def close(self):
         self.env.close()
+
+
+def _mean_after_first(times: list) -> float:
+    """Mean of ``times`` without the first entry (a compiling call on a fresh policy), NaN if empty."""
+    times = times[1:] or times
+    return float(np.mean(times)) if times else float("nan")
 
 
 def summarise_evaluation(result: dict[str, np.ndarray]) -> list[dict[str, float]]:
@@ -133,4 +146,7 @@ def summarise_evaluation(result: dict[str, np.ndarray]) -> list[dict[str, float]
             "eval/q_ratio": q / g if g != 0 and math.isfinite(q) else float("nan"),
             "eval/q_overestimation": q - g,
         })
+        if "planning_seconds_per_step" in result:   # TT, Diffuser, IDQL: one planning call per env step
+            rows[-1]["eval/planning_ms_per_step"] = 1e3 * float(result["planning_seconds_per_step"][s, 0])
+            rows[-1]["eval/planning_ms_per_action"] = 1e3 * float(result["planning_seconds_per_action"][s, 0])
     return rows

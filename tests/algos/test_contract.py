@@ -12,6 +12,7 @@ import sys
 import types
 
 import flax
+import numpy as np
 import jax
 import pytest
 
@@ -173,6 +174,25 @@ def test_target_return_on_a_planner_is_refused_in_one_line():
         with pytest.raises(ConfigError, match=f"--target-return applies to return-conditioned algorithms \\(dt\\); --algo {name}"):
             Evaluator(get_algorithm(name), None, None, "Pendulum-v1", 1, 1, 0.99, policy_options={"target_return": 300.0})
     check_return_conditioned("dt")
+
+
+def test_planners_report_planning_time_per_env_step_and_per_action():
+    """A planner's evaluation reports the mean planning call (first, compiling call excluded) and
+    that call divided by the envs it planned for together; other algorithms report neither."""
+    from offrl.algos.planning import PlanningPolicy
+    from offrl.engine.evaluation import _mean_after_first, summarise_evaluation
+
+    policy = PlanningPolicy(lambda agent, obs, key: obs, None, seeds=2)
+    policy.planning_seconds[:] = [5.0, 0.2, 0.4]
+    policy.num_envs = 4
+    assert _mean_after_first(policy.planning_seconds) == pytest.approx(0.3)
+    assert policy.seconds_per_action == pytest.approx(0.3 / 4)
+    base = {k: np.ones((2, 1)) for k in ("return", "normalized_score", "length", "q_estimate", "discounted_return")}
+    rows = summarise_evaluation({**base, "planning_seconds_per_step": np.full((2, 1), 0.3),
+                                 "planning_seconds_per_action": np.full((2, 1), 0.075)})
+    assert [r["eval/planning_ms_per_step"] for r in rows] == pytest.approx([300.0, 300.0])
+    assert [r["eval/planning_ms_per_action"] for r in rows] == pytest.approx([75.0, 75.0])
+    assert not any(k.startswith("eval/planning") for k in summarise_evaluation(base)[0])
 
 
 def test_traceable_fields_reads_the_spec():

@@ -1,5 +1,7 @@
 """Diffuser: the DDPM schedule's closed forms, guided sampling, segments, bad horizons, a short run."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -124,9 +126,17 @@ def test_short_run(tmp_path, capsys):
     losses = [r["actor_loss"] for r in run.metrics]
     assert losses[-1] < 0.6 * losses[0]
     assert np.isfinite(run.metrics[-1]["eval/return"])
+    last = run.metrics[-1]          # one seed x one episode: one env, so per step == per action
+    assert 0 < last["eval/planning_ms_per_step"] < 60_000
+    assert last["eval/planning_ms_per_action"] == pytest.approx(last["eval/planning_ms_per_step"])
     from offrl.cli import main
 
     capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "run"), "--episodes", "2"]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("planning:")]
+    assert len(line) == 1 and "ms per env step for 2 envs planned together" in line[0]
+    per_step, per_action = (float(t) for t in re.findall(r"([0-9.]+) ms per", line[0]))
+    assert per_action == pytest.approx(per_step / 2, abs=0.06)
     assert main(["export", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not support diffuser" in err[0] and not (tmp_path / "run" / "export").exists()
