@@ -35,7 +35,7 @@ import csv
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -368,8 +368,44 @@ def run_benchmark(envs, tiers, algos, seeds: int = 3, steps: int | None = None, 
             peer = run_peer_cell(spec, env, tier, algo, datasets[env, tier], out, log=log)
             cell = {**cell, **peer_columns(spec.peer, peer)}
         cells.append(cell)
-    write_table(cells, out)
-    write_figures(spec, out)
+    # the table and figures are the folder's: every finished cell in it, including those of earlier
+    # runs that named other envs or algorithms (a partial resume must not shrink the table)
+    write_table(folder_cells(out, cells), out)
+    write_figures(folder_spec(out, spec), out)
+    return cells
+
+
+def folder_spec(out: Path, spec: BenchmarkSpec) -> BenchmarkSpec:
+    """``spec`` widened to every env, tier and algorithm that ``out/benchmark.json`` has ever named."""
+    record = json.loads((Path(out) / "benchmark.json").read_text())
+    union = {k: tuple(dict.fromkeys([*getattr(spec, k), *record.get(k, ())])) for k in ("envs", "tiers", "algos")}
+    return replace(spec, **union)
+
+
+def folder_cells(out: Path, current: Sequence[dict] = ()) -> list[dict]:
+    """Every finished cell of a benchmark folder (its ``cell.json``), in the order of ``benchmark.json``'s
+    envs, tiers and algorithms, with the peer columns of any ``peer-<name>.json`` beside it; the cells of
+    ``current`` (this run's, with a failed peer's empty columns) are taken as they are."""
+    out = Path(out)
+    now = {(c["env"], c["tier"], c["algo"]): c for c in current}
+    record = json.loads((out / "benchmark.json").read_text())
+    cells = []
+    for env in record.get("envs", ()):
+        for tier in record.get("tiers", ()):
+            for algo in record.get("algos", ()):
+                folder = out / "cells" / cell_name(env, tier, algo)
+                if (env, tier, algo) in now:
+                    cells.append(now[env, tier, algo])
+                    continue
+                if not (folder / "cell.json").exists():
+                    continue
+                cell = json.loads((folder / "cell.json").read_text())
+                peers = sorted(folder.glob("peer-*.json"))
+                peers = [f for f in peers if not f.name.endswith("-request.json")]
+                if peers:
+                    name = peers[0].name[len("peer-"):-len(".json")]
+                    cell = {**cell, **peer_columns(name, json.loads(peers[0].read_text()))}
+                cells.append(cell)
     return cells
 
 

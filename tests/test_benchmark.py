@@ -65,6 +65,11 @@ def test_finished_cells_are_kept_and_an_interrupted_cell_resumes(bench, tmp_path
     # rerunning the first benchmark trains nothing and rewrites no finished cell
     run_benchmark(out=out, **TINY)
     assert (finished.read_text(), finished.stat().st_mtime_ns) == before
+    # a run naming only some of the folder's cells still writes the folder's whole table
+    run_benchmark(out=out, **{**TINY, "tiers": "expert"})
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert sorted(r["tier"] for r in rows) == ["expert", "medium"]
+    assert "| pendulum-medium | " in (out / "results.md").read_text()
 
 
 @pytest.mark.parametrize("argv,needle", [
