@@ -68,6 +68,26 @@ def apply_gradients_with_loss(state: TrainState, loss_fn, *args, lr_scale=None):
                          opt_state=opt_state), loss, aux
 
 
+def run_if(pred, fn, carry):
+    """``fn(carry)`` where ``pred`` holds, else ``carry`` unchanged; ``fn`` returns a pytree of the
+    same structure, shapes and dtypes as ``carry``.
+
+    The same as ``lax.cond(pred, fn, lambda c: c, carry)``, written as a while loop of zero or one
+    trips: on the CPU backend a ``cond`` whose other branch returns its operand copies every array
+    of it (XLA gives a conditional's result its own buffers), on every update, whichever branch
+    runs; a while loop updates its carry in place. For TD3's delayed actor step that was every
+    parameter and optimiser moment of the agent once per update. Pass only what ``fn`` changes as
+    ``carry`` and close over the rest.
+    """
+    if not isinstance(pred, jax.core.Tracer):        # known while tracing (a constant step): no loop at all
+        return fn(carry) if bool(pred) else carry
+
+    def body(state):
+        return jnp.zeros((), bool), fn(state[1])
+
+    return jax.lax.while_loop(lambda state: state[0], body, (jnp.asarray(pred, bool), carry))[1]
+
+
 def scalar_train_state(initial_value: float, learning_rate: float) -> TrainState:
     """An Adam ``TrainState`` over one learned scalar ``{"value": log(initial_value)}`` (SAC's and
     CQL's ``log entropy_alpha``, CQL's Lagrange multiplier); ``apply_fn(params)`` returns it."""

@@ -39,7 +39,8 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.bcq import soft_clipped_q, vae_loss
-from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import (Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, run_if,
+                                td_critic_loss)
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK,
                                 POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param)
@@ -116,29 +117,18 @@ def _train_vae(agent: Agent, batch: Batch, key):
     return vae, loss
 
 
-def _frozen_vae(agent: Agent, batch: Batch, key):
-    return agent.vae, jnp.zeros(())
-
-
-def _update_actor_and_targets(agent: Agent, batch: Batch):
+def _update_actor(agent: Agent, batch: Batch):
+    """The latent policy's step and its target (past the warm-up; the critics' targets move every update)."""
     actor, loss, _ = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch)
-    return agent.replace(
-        actor=actor, last_actor_loss=loss,
-        target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, hyperparameter(agent, "tau")),
-        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, hyperparameter(agent, "tau")),
-    )
-
-
-def _critic_targets_only(agent: Agent, batch: Batch):
-    return agent.replace(
-        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, hyperparameter(agent, "tau")))
+    return agent.replace(actor=actor, last_actor_loss=loss,
+                         target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, hyperparameter(agent, "tau")))
 
 
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     rng, vae_key = jax.random.split(agent.rng)
     warming_up = agent.step < cfg.warmup_steps
-    vae, g_loss = jax.lax.cond(warming_up, _train_vae, _frozen_vae, agent, batch, vae_key)
+    vae, g_loss = run_if(warming_up, lambda c: _train_vae(agent.replace(vae=c[0]), batch, vae_key), (agent.vae, jnp.zeros(())))
     agent = agent.replace(vae=vae, rng=rng)
 
     next_actions = decode(agent, agent.target_actor_params, batch.next_observations)
@@ -147,7 +137,9 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(critic=critic)
-    agent = jax.lax.cond(warming_up, _critic_targets_only, _update_actor_and_targets, agent, batch)
+    agent = agent.replace(target_critic_params=losses.soft_update(agent.target_critic_params, critic.params,
+                                                                  hyperparameter(agent, "tau")))
+    agent = run_if(~warming_up, lambda a: _update_actor(a, batch), agent)
     metrics = {"critic_loss": c_loss, "actor_loss": agent.last_actor_loss, "vae_loss": g_loss, "q": c_aux["q"],
                "target_q": next_q.mean()}
     return agent.replace(step=agent.step + 1), metrics

@@ -40,7 +40,8 @@ from flax.training.train_state import TrainState
 
 from offrl import losses
 from offrl.algos.bcq import vae_loss
-from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
+from offrl.algos.common import (Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, run_if,
+                                td_critic_loss)
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK,
                                 POSITIVE_INT, REWARD_SCALING, WIDTHS, param)
@@ -126,31 +127,19 @@ def _train_vae(agent: Agent, batch: Batch, key):
     return vae, loss
 
 
-def _frozen_vae(agent: Agent, batch: Batch, key):
-    return agent.vae, jnp.zeros(())
-
-
-def _update_actor_and_targets(agent: Agent, batch: Batch, key):
+def _update_actor(agent: Agent, batch: Batch, key):
+    """The actor's step and its target (the critics' targets move every update, outside)."""
     actor, loss, aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, key)
-    tau = hyperparameter(agent, "tau")
-    return agent.replace(
-        actor=actor,
-        target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, tau),
-        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, tau),
-        last_actor_metrics={"actor_loss": loss, "nelbo": aux["nelbo"]},
-    )
-
-
-def _critic_targets_only(agent: Agent, batch: Batch, key):
-    return agent.replace(
-        target_critic_params=losses.soft_update(agent.target_critic_params, agent.critic.params, hyperparameter(agent, "tau")))
+    return agent.replace(actor=actor,
+                         target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, hyperparameter(agent, "tau")),
+                         last_actor_metrics={"actor_loss": loss, "nelbo": aux["nelbo"]})
 
 
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     rng, vae_key, noise_key, actor_key = jax.random.split(agent.rng, 4)
     warming_up = agent.step < cfg.warmup_steps
-    vae, g_loss = jax.lax.cond(warming_up, _train_vae, _frozen_vae, agent, batch, vae_key)
+    vae, g_loss = run_if(warming_up, lambda c: _train_vae(agent.replace(vae=c[0]), batch, vae_key), (agent.vae, jnp.zeros(())))
     agent = agent.replace(vae=vae, rng=rng)
 
     next_actions = agent.actor.apply_fn(agent.target_actor_params, batch.next_observations)
@@ -163,7 +152,9 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     agent = agent.replace(critic=critic)
 
     actor_step = jnp.logical_and(jnp.logical_not(warming_up), agent.step % cfg.policy_delay == 0)
-    agent = jax.lax.cond(actor_step, _update_actor_and_targets, _critic_targets_only, agent, batch, actor_key)
+    agent = agent.replace(target_critic_params=losses.soft_update(agent.target_critic_params, critic.params,
+                                                                  hyperparameter(agent, "tau")))
+    agent = run_if(actor_step, lambda a: _update_actor(a, batch, actor_key), agent)
     metrics = {"critic_loss": c_loss, "vae_loss": g_loss, "q": c_aux["q"], **agent.last_actor_metrics}
     return agent.replace(step=agent.step + 1), metrics
 

@@ -67,8 +67,8 @@ def vmap_over_seeds(fn):
     tuple) enters unbatched. Returns ``(agents, outputs)``, both with a leading seed axis.
 
     Every seed is at the same step, so the step counter enters ``vmap`` unbatched: a
-    ``lax.cond`` on it inside an update (TD3's delayed actor step) then stays a real branch
-    instead of becoming a select that computes both sides for every seed.
+    branch on it inside an update (TD3's delayed actor step, :func:`offrl.algos.common.run_if`, or a
+    ``lax.cond``) then stays a real branch instead of running both sides for every seed.
     """
     import jax
     import jax.numpy as jnp
@@ -87,7 +87,7 @@ def map_over_seeds(fn):
     the same compiled program: each seed's matrix products stay plain 2-D ones. XLA's CPU backend
     runs a batched (vmapped) product of many small matrices markedly slower than the same
     products one by one (``benchmarks/results/sweep-full-*.txt``), while an accelerator wants the
-    batch. Each iteration sees one seed's scalar step, so a ``lax.cond`` on it stays a branch."""
+    batch. Each iteration sees one seed's scalar step, so a branch on it stays a branch."""
     import jax
 
     def wrapped(agents, per_seed: tuple, shared: tuple):
