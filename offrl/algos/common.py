@@ -75,9 +75,9 @@ def run_if(pred, fn, carry):
     The same as ``lax.cond(pred, fn, lambda c: c, carry)``, written as a while loop of zero or one
     trips: on the CPU backend a ``cond`` whose other branch returns its operand copies every array
     of it (XLA gives a conditional's result its own buffers), on every update, whichever branch
-    runs; a while loop updates its carry in place. For TD3's delayed actor step that was every
-    parameter and optimiser moment of the agent once per update. Pass only what ``fn`` changes as
-    ``carry`` and close over the rest.
+    runs; a while loop updates its carry in place. For PLAS's frozen VAE (750 wide) and its actor
+    that was 10 MB copied per update, 4 MB with this (``tests/engine/test_run_if.py``; the update is
+    bit-identical). Where little passes through (TD3's delayed actor step) ``lax.cond`` costs the same.
     """
     if not isinstance(pred, jax.core.Tracer):        # known while tracing (a constant step): no loop at all
         return fn(carry) if bool(pred) else carry

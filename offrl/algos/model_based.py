@@ -9,9 +9,8 @@ Per update, inside the compiled chunk (:func:`model_batch`)::
 
 The whole dataset reaches ``update`` through :func:`sample` (``batch.extras["dataset"]``: the
 device arrays themselves, no copy), so fitting the model and drawing rollout starts need no
-engine hook. The branch on the step (:func:`offrl.algos.common.run_if`, a zero-or-one-trip loop that
-updates the agent in place) stays a real branch because the engine keeps the step counter
-unbatched, so the fit runs once and the rollout every ``rollout_every`` updates. The model,
+engine hook. ``lax.cond`` on the step stays a real branch because the engine keeps the step
+counter unbatched, so the fit runs once and the rollout every ``rollout_every`` updates. The model,
 its elites and the model buffer live in the agent, so checkpoints and resumes carry them.
 
 The policy is SAC's tanh-Gaussian actor with automatic entropy tuning (:mod:`offrl.algos.sac`)
@@ -31,7 +30,7 @@ from flax.training.train_state import TrainState
 from offrl import dynamics as dyn
 from offrl import losses
 from offrl.algos import sac
-from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, run_if, scalar_train_state
+from offrl.algos.common import Batch, apply_gradients_with_loss, make_train_state, min_q_value, scalar_train_state
 from offrl.algos.ranges import ANY_REAL, BOOL, DISCOUNT, Interval, LEARNING_RATE, OrNone, POLYAK, POSITIVE, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import EnsembleCritic, GaussianActor, tanh_gaussian_sample
 
@@ -147,8 +146,8 @@ def model_batch(agent: Agent, batch: Batch, reward_penalty: float = 0.0):
     marks the model rows."""
     cfg = agent.config
     dataset = batch.extras["dataset"]
-    agent = run_if(agent.step == 0, lambda a: fit(a, dataset), agent)
-    agent = run_if(agent.step % cfg.rollout_every == 0, lambda a: refill(a, dataset), agent)
+    agent = jax.lax.cond(agent.step == 0, fit, lambda a, d: a, agent, dataset)
+    agent = jax.lax.cond(agent.step % cfg.rollout_every == 0, refill, lambda a, d: a, agent, dataset)
     size = batch.rewards.shape[0]
     n_real = int(round(cfg.real_ratio * size))
     fake = dyn.buffer_sample(agent.buffer, jax.random.fold_in(agent.rng, 3), size - n_real)

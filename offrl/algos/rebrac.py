@@ -58,8 +58,7 @@ import numpy as np
 
 from offrl import losses
 from offrl.algos import td3
-from offrl.algos.common import (Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, run_if,
-                                td_critic_loss)
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.algos.td3 import Agent
@@ -190,7 +189,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
                            hyperparameter(agent, "critic_bc_weight"), hyperparameter(agent, "discount"))
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(critic=critic, rng=rng)
-    agent = run_if(agent.step % cfg.policy_delay == 0, lambda a: _update_actor_and_targets(a, batch), agent)
+    agent = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets, lambda a, b: a, agent, batch)
     critic_bc_penalty = jnp.mean(known * jnp.sum((next_actions - data_next) ** 2, axis=-1))
     return agent.replace(step=agent.step + 1), {"critic_loss": c_loss, "q": c_aux["q"], "critic_bc_penalty": critic_bc_penalty,
                                                 **agent.last_actor_metrics}

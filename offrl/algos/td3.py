@@ -26,8 +26,7 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import (Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, run_if,
-                                td_critic_loss)
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import BOOL, DISCOUNT, LEARNING_RATE, NON_NEGATIVE, NON_NEGATIVE_INT, OrNone, POLYAK, POSITIVE_INT, REWARD_SCALING, WIDTHS, param
 from offrl.nets import DeterministicActor, EnsembleCritic
@@ -126,6 +125,10 @@ def _update_actor_and_targets(agent: Agent, batch: Batch):
     )
 
 
+def _skip_actor(agent: Agent, batch: Batch):
+    return agent
+
+
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     rng, noise_key = jax.random.split(agent.rng)
@@ -137,7 +140,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
     critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     agent = agent.replace(critic=critic, rng=rng)
-    agent = run_if(agent.step % cfg.policy_delay == 0, lambda a: _update_actor_and_targets(a, batch), agent)
+    agent = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets, _skip_actor, agent, batch)
     return agent.replace(step=agent.step + 1), {"critic_loss": c_loss, "q": c_aux["q"], **agent.last_actor_metrics}
 
 

@@ -37,8 +37,7 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from offrl import losses
-from offrl.algos.common import (Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, run_if,
-                                td_critic_loss)
+from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
 from offrl.algos.ranges import (BOOL, DISCOUNT, Interval, LEARNING_RATE, NON_NEGATIVE, POLYAK, POSITIVE, POSITIVE_INT,
                                 REWARD_SCALING, WIDTHS, param)
@@ -117,6 +116,10 @@ def _update_actor_and_targets(agent: Agent, batch: Batch, weights):
     )
 
 
+def _skip_actor(agent: Agent, batch: Batch, weights):
+    return agent
+
+
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     rng, noise_key = jax.random.split(agent.rng)
@@ -135,7 +138,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
                                        hyperparameter(agent, "max_weight"))
 
     agent = agent.replace(critic=critic, value=value, rng=rng)
-    agent = run_if(agent.step % cfg.policy_delay == 0, lambda a: _update_actor_and_targets(a, batch, weights), agent)
+    agent = jax.lax.cond(agent.step % cfg.policy_delay == 0, _update_actor_and_targets, _skip_actor, agent, batch, weights)
     metrics = {"critic_loss": c_loss, "value_loss": v_loss, "q": c_aux["q"], "adv": advantages.mean(),
                **agent.last_actor_metrics}
     return agent.replace(step=agent.step + 1), metrics

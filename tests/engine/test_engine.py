@@ -51,7 +51,7 @@ def test_same_seed_gives_bit_identical_runs_and_seeds_differ(pendulum_small):
 
 
 def test_seed_zero_of_a_vmapped_td3_bc_run_matches_the_single_seed_run(pendulum_small):
-    """The vmapped path (shared step counter, a real branch for the delayed actor step)
+    """The vmapped path (shared step counter, real ``lax.cond`` for the delayed actor step)
     computes what the plain one-seed path computes for the same seed."""
     kwargs = dict(steps=30, log_every=15, eval_every=30, eval_episodes=0, progress=False, config_overrides=TINY)
     one = engine.train("td3_bc", pendulum_small, seeds=1, **kwargs)

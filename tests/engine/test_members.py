@@ -11,7 +11,7 @@ from offrl.algos.common import apply_overrides
 from offrl.engine.chunks import member_loop_default
 
 
-@pytest.mark.parametrize("algo", ["iql", "td3_bc"])  # td3_bc: the delayed actor step is a branch on the step (run_if)
+@pytest.mark.parametrize("algo", ["iql", "td3_bc"])  # td3_bc: the delayed actor step is a lax.cond on the step
 def test_map_over_seeds_equals_vmap(pendulum_small, algo):
     module = get_algorithm(algo)
     config = apply_overrides(module.Config(), TINY)
