@@ -73,11 +73,12 @@ def run_if(pred, fn, carry):
     same structure, shapes and dtypes as ``carry``.
 
     The same as ``lax.cond(pred, fn, lambda c: c, carry)``, written as a while loop of zero or one
-    trips: on the CPU backend a ``cond`` whose other branch returns its operand copies every array
-    of it (XLA gives a conditional's result its own buffers), on every update, whichever branch
-    runs; a while loop updates its carry in place. For PLAS's frozen VAE (750 wide) and its actor
-    that was 10 MB copied per update, 4 MB with this (``tests/engine/test_run_if.py``; the update is
-    bit-identical). Where little passes through (TD3's delayed actor step) ``lax.cond`` costs the same.
+    trips, which updates its carry in place. In PLAS's update a ``cond`` on the agent made XLA's CPU
+    backend copy the passed-through weights (the frozen 750-wide VAE, the actor, the targets) on
+    every update, whichever branch ran: 10 MB per update, 4 MB with this (``tests/engine/
+    test_run_if.py``; the update is bit-identical). Not every ``cond`` copies (a small one on two
+    arrays compiles without), and where little passes through (TD3's delayed actor step) the two
+    cost the same, so the other algorithms keep ``lax.cond``.
     """
     if not isinstance(pred, jax.core.Tracer):        # known while tracing (a constant step): no loop at all
         return fn(carry) if bool(pred) else carry

@@ -139,7 +139,7 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     agent = agent.replace(critic=critic)
     agent = agent.replace(target_critic_params=losses.soft_update(agent.target_critic_params, critic.params,
                                                                   hyperparameter(agent, "tau")))
-    agent = run_if(~warming_up, lambda a: _update_actor(a, batch), agent)
+    agent = run_if(jnp.logical_not(warming_up), lambda a: _update_actor(a, batch), agent)
     metrics = {"critic_loss": c_loss, "actor_loss": agent.last_actor_loss, "vae_loss": g_loss, "q": c_aux["q"],
                "target_q": next_q.mean()}
     return agent.replace(step=agent.step + 1), metrics
