@@ -28,22 +28,11 @@ def markers(name: str) -> tuple[str, str]:
 
 
 def finished_cells(folder: Path) -> tuple[dict, list[dict]]:
-    """The table's ``benchmark.json`` record and its finished cells, in the table's order."""
-    from offrl.benchmark import peer_columns
-    from offrl.peers import PEERS
+    """The table's ``benchmark.json`` record and its finished cells, in the table's order
+    (:func:`offrl.benchmark.folder_cells`, peer columns included)."""
+    from offrl.benchmark import folder_cells
 
-    record = json.loads((folder / "benchmark.json").read_text())
-    order = [(e, t, a) for e in record["envs"] for t in record["tiers"] for a in record["algos"]]
-    cells = []
-    for env, tier, algo in order:
-        path = folder / "cells" / f"{env}-{tier}-{algo}" / "cell.json"
-        if path.exists():
-            cell = json.loads(path.read_text())
-            for peer in PEERS:                     # a finished `offrl benchmark --peer` run of this cell
-                if (path.parent / f"peer-{peer}.json").exists():
-                    cell = {**cell, **peer_columns(peer, json.loads((path.parent / f"peer-{peer}.json").read_text()))}
-            cells.append(cell)
-    return record, cells
+    return json.loads((folder / "benchmark.json").read_text()), folder_cells(folder)
 
 
 def readme_table(record: dict, cells: list[dict], beside: list[dict] = (), beside_from: str = "") -> str:

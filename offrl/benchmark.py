@@ -376,36 +376,32 @@ def run_benchmark(envs, tiers, algos, seeds: int = 3, steps: int | None = None, 
 
 
 def folder_spec(out: Path, spec: BenchmarkSpec) -> BenchmarkSpec:
-    """``spec`` widened to every env, tier and algorithm that ``out/benchmark.json`` has ever named."""
+    """``spec`` widened to every env, tier and algorithm of ``out/benchmark.json`` (which
+    :func:`_claim_folder` keeps as the union of every run's)."""
     record = json.loads((Path(out) / "benchmark.json").read_text())
-    union = {k: tuple(dict.fromkeys([*getattr(spec, k), *record.get(k, ())])) for k in ("envs", "tiers", "algos")}
-    return replace(spec, **union)
+    return replace(spec, **{k: tuple(record[k]) for k in ("envs", "tiers", "algos")})
 
 
 def folder_cells(out: Path, current: Sequence[dict] = ()) -> list[dict]:
     """Every finished cell of a benchmark folder (its ``cell.json``), in the order of ``benchmark.json``'s
-    envs, tiers and algorithms, with the peer columns of any ``peer-<name>.json`` beside it; the cells of
-    ``current`` (this run's, with a failed peer's empty columns) are taken as they are."""
+    envs, tiers and algorithms, with the peer columns of a finished ``peer-<name>.json`` beside it; the
+    cells of ``current`` (this run's, with a failed peer's empty columns) are taken as they are."""
+    from offrl.peers import PEERS
+
     out = Path(out)
     now = {(c["env"], c["tier"], c["algo"]): c for c in current}
     record = json.loads((out / "benchmark.json").read_text())
     cells = []
-    for env in record.get("envs", ()):
-        for tier in record.get("tiers", ()):
-            for algo in record.get("algos", ()):
-                folder = out / "cells" / cell_name(env, tier, algo)
-                if (env, tier, algo) in now:
-                    cells.append(now[env, tier, algo])
-                    continue
-                if not (folder / "cell.json").exists():
-                    continue
-                cell = json.loads((folder / "cell.json").read_text())
-                peers = sorted(folder.glob("peer-*.json"))
-                peers = [f for f in peers if not f.name.endswith("-request.json")]
-                if peers:
-                    name = peers[0].name[len("peer-"):-len(".json")]
-                    cell = {**cell, **peer_columns(name, json.loads(peers[0].read_text()))}
-                cells.append(cell)
+    for key in ((e, t, a) for e in record["envs"] for t in record["tiers"] for a in record["algos"]):
+        path = out / "cells" / cell_name(*key) / "cell.json"
+        if key in now:
+            cells.append(now[key])
+        elif path.exists():
+            cell = json.loads(path.read_text())
+            for peer in PEERS:
+                if (path.parent / f"peer-{peer}.json").exists():
+                    cell = {**cell, **peer_columns(peer, json.loads((path.parent / f"peer-{peer}.json").read_text()))}
+            cells.append(cell)
     return cells
 
 
