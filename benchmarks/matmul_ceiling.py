@@ -24,7 +24,8 @@ IQL, ReBRAC or PLAS the summed dots take longer than the whole update, and the s
 ceiling" instead of printing one.
 
 Sizes are throughput.py's (``OFFRL_OVERRIDES``: 256 x 256 networks, batch 256, HalfCheetah-shaped
-observations 17 and actions 6). A dot inside a ``scan`` or ``while`` body is counted once per
+observations 17 and actions 6); SAC-N's and EDAC's are ``ensemble_speed.py``'s (10 critics of 3 x 256,
+batch 256, hopper's observations 11 and actions 3). A dot inside a ``scan`` or ``while`` body is counted once per
 trip when the trip count is static (``scan``), once otherwise (``while``; none of these updates
 loops over its matmuls); both branches of a ``cond`` are counted, which over-counts the dots of
 an update that picks one (TD3's delayed actor step: use ``--step`` to say which).
@@ -48,6 +49,13 @@ from jax.extend import core as jex_core  # noqa: E402
 from throughput import OFFRL_OVERRIDES, matmul_peak_flops  # noqa: E402
 
 OBS_DIM, ACTION_DIM = 17, 6
+
+# SAC-N and EDAC at ensemble_speed.py's sizes (its peer is the PyTorch reference, not d3rlpy):
+# N = 10 critics of 3 x 256, batch 256, on hopper-medium-20k-v0's shapes (observations 11, actions 3)
+OVERRIDES = {**OFFRL_OVERRIDES,
+             "sac_n": {"hidden_dims": (256, 256, 256), "num_qs": 10, "batch_size": 256},
+             "edac": {"hidden_dims": (256, 256, 256), "num_qs": 10, "batch_size": 256, "diversity_weight": 1.0}}
+SHAPES = {"sac_n": (11, 3), "edac": (11, 3)}  # (observation, action) dims where not OBS_DIM, ACTION_DIM
 
 
 def _subjaxprs(eqn):
@@ -126,14 +134,15 @@ def make_agent_and_batch(name: str):
     from offrl.algos.common import Batch, apply_overrides
 
     module = get_algorithm(name)
-    config = apply_overrides(module.Config(), OFFRL_OVERRIDES[name])
+    config = apply_overrides(module.Config(), OVERRIDES[name])
     B = config.batch_size
-    agent = module.create(config, OBS_DIM, ACTION_DIM, jax.random.PRNGKey(0))
+    obs_dim, action_dim = SHAPES.get(name, (OBS_DIM, ACTION_DIM))
+    agent = module.create(config, obs_dim, action_dim, jax.random.PRNGKey(0))
     k = jax.random.split(jax.random.PRNGKey(1), 4)
-    batch = Batch(observations=jax.random.normal(k[0], (B, OBS_DIM)),
-                  actions=jax.random.uniform(k[1], (B, ACTION_DIM), minval=-1.0, maxval=1.0),
+    batch = Batch(observations=jax.random.normal(k[0], (B, obs_dim)),
+                  actions=jax.random.uniform(k[1], (B, action_dim), minval=-1.0, maxval=1.0),
                   rewards=jax.random.normal(k[2], (B,)), masks=jnp.ones((B,)),
-                  next_observations=jax.random.normal(k[3], (B, OBS_DIM)))
+                  next_observations=jax.random.normal(k[3], (B, obs_dim)))
     return module, agent, batch
 
 
@@ -172,21 +181,21 @@ def measure(name: str, updates: int, repeats: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--algos", default="cql,bcq,td3_bc,iql", help="comma-separated, from throughput.py's OFFRL_OVERRIDES")
+    p.add_argument("--algos", default="cql,bcq,td3_bc,iql", help="comma-separated, from throughput.py's OFFRL_OVERRIDES, or sac_n, edac")
     p.add_argument("--updates", type=int, default=0, help="updates per timed loop (default: about 2 s of work)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peak-size", type=int, default=2048)
     p.add_argument("--json", help="write the measurements here")
     args = p.parse_args(argv)
     names = [a.strip() for a in args.algos.split(",") if a.strip()]
-    unknown = sorted(set(names) - set(OFFRL_OVERRIDES))
+    unknown = sorted(set(names) - set(OVERRIDES))
     if unknown:
-        p.error(f"--algos: unknown {', '.join(unknown)}; choose from {', '.join(OFFRL_OVERRIDES)}")
+        p.error(f"--algos: unknown {', '.join(unknown)}; choose from {', '.join(OVERRIDES)}")
     peak = matmul_peak_flops(args.peak_size)
     print(f"float32 matmul peak ({args.peak_size}^2, jitted): {peak / 1e9:.1f} GFLOP/s", flush=True)
     results = []
     for name in names:
-        updates = args.updates or {"cql": 30, "bcq": 40, "bear": 20, "plas": 40}.get(name, 400)
+        updates = args.updates or {"cql": 30, "bcq": 40, "bear": 20, "plas": 40, "sac_n": 40, "edac": 30}.get(name, 400)
         r = measure(name, updates, args.repeats)
         gflops = r["gflop_per_update"] / r["update_ms"] * 1e3
         ceiling = r["gflop_per_update"] / r["dot_only_ms"] * 1e3

@@ -38,3 +38,14 @@ def test_dot_flops_counts_batch_contracting_and_free_dimensions():
     assert ceiling.dot_flops((2, 7936, 256), (2, 256, 256), dims) == 2 * 2 * 7936 * 256 * 256
     dims = (((1,), (1,)), ((0,), (0,)))      # (e, r, h) . (e, r, k) -> (e, h, k): a weight gradient
     assert ceiling.dot_flops((2, 100, 30), (2, 100, 40), dims) == 2 * 2 * 100 * 30 * 40
+
+
+def test_sac_n_and_edac_are_measured_at_ensemble_speeds_sizes():
+    """The ceiling of SAC-N/EDAC is compared with ensemble_speed.py's rates: same N, widths and shapes."""
+    for name, eta in (("sac_n", 0.0), ("edac", 1.0)):
+        _, agent, batch = ceiling.make_agent_and_batch(name)
+        assert agent.config.num_qs == 10 and tuple(agent.config.hidden_dims) == (256, 256, 256)
+        assert agent.config.diversity_weight == eta and agent.config.batch_size == 256
+        assert batch.observations.shape == (256, 11) and batch.actions.shape == (256, 3)
+        kernels = [v for k, v in jax.tree_util.tree_leaves_with_path(agent.critic.params) if "kernel" in jax.tree_util.keystr(k)]
+        assert kernels[0].shape[0] == 10
