@@ -25,7 +25,8 @@ ceiling" instead of printing one.
 
 Sizes are throughput.py's (``OFFRL_OVERRIDES``: 256 x 256 networks, batch 256, HalfCheetah-shaped
 observations 17 and actions 6); SAC-N's and EDAC's are ``ensemble_speed.py``'s (10 critics of 3 x 256,
-batch 256, hopper's observations 11 and actions 3). A dot inside a ``scan`` or ``while`` body is counted once per
+batch 256, hopper's observations 11 and actions 3); ``dynamics`` is one gradient step of the
+dynamics ensemble at ``model_based_speed.py``'s sizes (7 members of 4 x 200, 256 rows each). A dot inside a ``scan`` or ``while`` body is counted once per
 trip when the trip count is static (``scan``), once otherwise (``while``; none of these updates
 loops over its matmuls); both branches of a ``cond`` are counted, which over-counts the dots of
 an update that picks one (TD3's delayed actor step: use ``--step`` to say which).
@@ -146,13 +147,44 @@ def make_agent_and_batch(name: str):
     return module, agent, batch
 
 
+def make_dynamics_step():
+    """One gradient step of the model-based algorithms' dynamics ensemble, as
+    :func:`offrl.dynamics.fit_epochs` takes it (the loss's gradient and Adam), at
+    ``model_based_speed.py``'s sizes: 7 members of 4 x 200 swish, 256 rows per member, Hopper's
+    observations 11 and actions 3. Returns ``(update, state, batch)`` with ``update(state, batch)``
+    a pair whose first item is the next state, as an algorithm's ``update``."""
+    import optax
+
+    from offrl import dynamics as dyn
+
+    settings = dyn.DynamicsSettings()
+    obs_dim, action_dim, rows = 11, 3, 256
+    model = dyn.init_dynamics(settings, obs_dim, action_dim, jax.random.PRNGKey(0))
+    net, tx, M = model.net, dyn._optimizer(settings), settings.ensemble_size
+    k = jax.random.split(jax.random.PRNGKey(1), 3)
+    batch = (jax.random.normal(k[0], (M, rows, obs_dim + action_dim)), jax.random.normal(k[1], (M, rows, obs_dim + 1)),
+             (jax.random.uniform(k[2], (M, rows)) < 0.01).astype(jnp.float32))
+
+    def update(state, batch):
+        params, opt_state = state
+        grads, aux = jax.grad(dyn.model_loss, has_aux=True)(params, net, *batch, settings.model_weight_decay)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), aux
+
+    return update, (model.params, model.opt_state), batch
+
+
 def measure(name: str, updates: int, repeats: int) -> dict:
-    module, agent, batch = make_agent_and_batch(name)
-    analysis = jax.jit(module.update).lower(agent, batch).compile().cost_analysis()
+    if name == "dynamics":
+        update, agent, batch = make_dynamics_step()
+    else:
+        module, agent, batch = make_agent_and_batch(name)
+        update = module.update
+    analysis = jax.jit(update).lower(agent, batch).compile().cost_analysis()
     analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
     flops = float(analysis["flops"])
 
-    loop = jax.jit(lambda a, b: jax.lax.fori_loop(0, updates, lambda i, x: module.update(x, b)[0], a))
+    loop = jax.jit(lambda a, b: jax.lax.fori_loop(0, updates, lambda i, x: update(x, b)[0], a))
     state = loop(agent, batch)
     jax.block_until_ready(state)
     update_s = float("inf")
@@ -162,7 +194,7 @@ def measure(name: str, updates: int, repeats: int) -> dict:
         jax.block_until_ready(state)
         update_s = min(update_s, (time.perf_counter() - t0) / updates)
 
-    dots = collect_dots(jax.make_jaxpr(module.update)(agent, batch).jaxpr)
+    dots = collect_dots(jax.make_jaxpr(update)(agent, batch).jaxpr)
     rows, dot_s, dot_fl = [], 0.0, 0.0
     overhead = dispatch_seconds()
     for (ls, ld, rs, rd, dims), count in dots.items():
@@ -181,21 +213,22 @@ def measure(name: str, updates: int, repeats: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--algos", default="cql,bcq,td3_bc,iql", help="comma-separated, from throughput.py's OFFRL_OVERRIDES, or sac_n, edac")
+    p.add_argument("--algos", default="cql,bcq,td3_bc,iql", help="comma-separated, from throughput.py's OFFRL_OVERRIDES, or sac_n, edac, "
+                   "dynamics (a gradient step of the model-based algorithms' dynamics ensemble)")
     p.add_argument("--updates", type=int, default=0, help="updates per timed loop (default: about 2 s of work)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peak-size", type=int, default=2048)
     p.add_argument("--json", help="write the measurements here")
     args = p.parse_args(argv)
     names = [a.strip() for a in args.algos.split(",") if a.strip()]
-    unknown = sorted(set(names) - set(OVERRIDES))
+    unknown = sorted(set(names) - set(OVERRIDES) - {"dynamics"})
     if unknown:
-        p.error(f"--algos: unknown {', '.join(unknown)}; choose from {', '.join(OVERRIDES)}")
+        p.error(f"--algos: unknown {', '.join(unknown)}; choose from {', '.join(OVERRIDES)}, dynamics")
     peak = matmul_peak_flops(args.peak_size)
     print(f"float32 matmul peak ({args.peak_size}^2, jitted): {peak / 1e9:.1f} GFLOP/s", flush=True)
     results = []
     for name in names:
-        updates = args.updates or {"cql": 30, "bcq": 40, "bear": 20, "plas": 40, "sac_n": 40, "edac": 30}.get(name, 400)
+        updates = args.updates or {"cql": 30, "bcq": 40, "bear": 20, "plas": 40, "sac_n": 40, "edac": 30, "dynamics": 100}.get(name, 400)
         r = measure(name, updates, args.repeats)
         gflops = r["gflop_per_update"] / r["update_ms"] * 1e3
         ceiling = r["gflop_per_update"] / r["dot_only_ms"] * 1e3
