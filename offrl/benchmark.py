@@ -419,8 +419,11 @@ def peer_request(spec: BenchmarkSpec, env: str, tier: str, algo: str, dataset: s
     if refs is None:
         raise ConfigError(f"--peer {spec.peer}: no reference returns for {env_id}, so the two scores cannot be compared; "
                           f"add ref_min_score/ref_max_score to the dataset's metadata.")
+    path = Path(resolve(dataset)).absolute()
+    if path.is_relative_to(Path.cwd()):          # the driver runs in this directory: keep the record free of it
+        path = path.relative_to(Path.cwd())
     return {"algo": algo, "config": record["config"], "reward_multiplier": float(record["data"].get("reward_scale", 1.0)),
-            "dataset_path": str(Path(resolve(dataset)).absolute()), "env_id": env_id, "steps": spec.steps_of(algo),
+            "dataset_path": str(path), "env_id": env_id, "steps": spec.steps_of(algo),
             "seeds": spec.seeds, "seed": spec.seed, "eval_every": spec.eval_every, "eval_episodes": spec.eval_episodes,
             "references": [float(refs[0]), float(refs[1])]}
 

@@ -2,6 +2,7 @@
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -146,6 +147,9 @@ def test_peer_runs_beside_finished_cells_and_is_tabulated(bench, tmp_path):
     assert request["steps"] == 200 and request["seeds"] == 2 and request["eval_every"] == 100 and request["eval_episodes"] == 1
     assert request["config"]["hidden_dims"] == [32, 32] and request["algo"] == "bc" and request["env_id"] == "Pendulum-v1"
     assert request["dataset_path"].endswith("pendulum-medium-v0.hdf5") and len(request["references"]) == 2
+    # the driver runs in this directory: a file under it is named relative to it, so no machine path is recorded
+    path = Path(request["dataset_path"])
+    assert path.exists() and path.is_absolute() != path.absolute().is_relative_to(Path.cwd())
     assert [c["peer_last_mean"] for c in cells] == [42.0, 42.0] and cells[0]["peer_wall_s"] == 12.0
     table = (out / "results.md").read_text()
     offrl = f"{cells[0]['last_mean']:.1f} ± {cells[0]['last_std']:.1f}"
@@ -234,6 +238,8 @@ def test_d3rlpy_driver_maps_offrl_default_config(algo):
         scaled, unmatched = driver.build_algo(algo, {**cfg, "max_latent_action": 3.0, "warmup_steps": 0,
                                                      "normalize_observations": True}, 1000, 2.0, -np.ones(3), np.ones(3))
         assert [u.split(" ")[0] for u in unmatched] == ["max_latent_action=3.0"]
+        _, unmatched = driver.build_algo(algo, {**cfg, "critic_during_warmup": False}, 1000, 1.0, -np.ones(3), np.ones(3))
+        assert unmatched == []                                          # d3rlpy's schedule: nothing unmatched
         assert type(scaled.config.observation_scaler).__name__ == "StandardObservationScaler"
         assert scaled.config.reward_scaler.multiplier == 2.0
 

@@ -15,10 +15,10 @@ is one the data makes likely:
 Defaults are d3rlpy's ``PLASConfig`` (Adam 1e-4 policy and VAE, 1e-3 critics, batch 100,
 ``lambda = 0.75``, ``tau = 0.005``, KL weight 0.5, a 500,000-update VAE warm-up) with the paper's
 networks (400 x 300 policy and critics, 750 x 750 VAE, ``z_max = 2``). Where offrl differs: d3rlpy
-trains nothing but the VAE during the warm-up; offrl also fits the critic then (to the current
-decoder's actions; the actor waits), which costs nothing in quality and reports a falling
-critic loss from the first update. On short budgets lower ``warmup_steps``: no policy is learned
-before it. The policy is a latent network plus a decoder, so it has no NumPy MLP export.
+trains nothing but the VAE during the warm-up; offrl by default also fits the critic then (to the
+current decoder's actions; the actor waits), which reports a falling critic loss from the first
+update. ``critic_during_warmup=False`` gives d3rlpy's schedule. On short budgets lower
+``warmup_steps``: no policy is learned before it. The policy is a latent network plus a decoder, so it has no NumPy MLP export.
 
 Example::
 
@@ -60,6 +60,7 @@ class Config:
     max_latent_action: float = param(2.0, POSITIVE)  #: z_max, the bound of the latent action (paper: 2)
     kl_weight: float = param(0.5, NON_NEGATIVE)  #: KL weight of the VAE loss (d3rlpy: 0.5)
     warmup_steps: int = param(500_000, NON_NEGATIVE_INT)  #: updates that train the VAE, before the policy (d3rlpy: 500,000)
+    critic_during_warmup: bool = param(True, BOOL)  #: also fit the critics during the warm-up (False: d3rlpy, VAE only)
     discount: float = param(0.99, DISCOUNT)  #: gamma
     tau: float = param(0.005, POLYAK)  #: Polyak rate of the target policy and critics
     lmbda: float = param(0.75, Interval(0.0, 1.0))  #: lambda of the soft clipped double-Q target (d3rlpy: 0.75)
@@ -124,6 +125,18 @@ def _update_actor(agent: Agent, batch: Batch):
                          target_actor_params=losses.soft_update(agent.target_actor_params, actor.params, hyperparameter(agent, "tau")))
 
 
+def _update_critic(agent: Agent, batch: Batch):
+    """One TD step of the critics toward the soft clipped double-Q target, and their Polyak targets."""
+    next_actions = decode(agent, agent.target_actor_params, batch.next_observations)
+    next_q = soft_clipped_q(agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions),
+                            hyperparameter(agent, "lmbda"))
+    target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
+    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
+    agent = agent.replace(critic=critic, target_critic_params=losses.soft_update(
+        agent.target_critic_params, critic.params, hyperparameter(agent, "tau")))
+    return agent, {"critic_loss": c_loss, "q": c_aux["q"], "target_q": next_q.mean()}
+
+
 def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     cfg = agent.config
     rng, vae_key = jax.random.split(agent.rng)
@@ -131,17 +144,14 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     vae, g_loss = run_if(warming_up, lambda c: _train_vae(agent.replace(vae=c[0]), batch, vae_key), (agent.vae, jnp.zeros(())))
     agent = agent.replace(vae=vae, rng=rng)
 
-    next_actions = decode(agent, agent.target_actor_params, batch.next_observations)
-    next_q = soft_clipped_q(agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions),
-                            hyperparameter(agent, "lmbda"))
-    target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
-    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
-    agent = agent.replace(critic=critic)
-    agent = agent.replace(target_critic_params=losses.soft_update(agent.target_critic_params, critic.params,
-                                                                  hyperparameter(agent, "tau")))
+    zero = jnp.zeros(())
+    if cfg.critic_during_warmup:
+        agent, critic_metrics = _update_critic(agent, batch)
+    else:                                            # d3rlpy: nothing but the VAE moves during the warm-up
+        agent, critic_metrics = run_if(jnp.logical_not(warming_up), lambda c: _update_critic(c[0], batch),
+                                       (agent, {"critic_loss": zero, "q": zero, "target_q": zero}))
     agent = run_if(jnp.logical_not(warming_up), lambda a: _update_actor(a, batch), agent)
-    metrics = {"critic_loss": c_loss, "actor_loss": agent.last_actor_loss, "vae_loss": g_loss, "q": c_aux["q"],
-               "target_q": next_q.mean()}
+    metrics = {**critic_metrics, "actor_loss": agent.last_actor_loss, "vae_loss": g_loss}
     return agent.replace(step=agent.step + 1), metrics
 
 

@@ -181,8 +181,9 @@ def build_algo(name: str, cfg: dict, steps: int, reward_multiplier: float, low, 
             unmatched.append(f"max_latent_action={cfg['max_latent_action']} (d3rlpy's is 2)")
         if cfg.get("latent_dim") is not None:
             unmatched.append(f"latent_dim={cfg['latent_dim']} (d3rlpy uses 2 x action_dim)")
-        if cfg["warmup_steps"] > 0:
-            unmatched.append("critic during the warm-up (d3rlpy trains only the VAE, offrl the critic too)")
+        if cfg["warmup_steps"] > 0 and cfg.get("critic_during_warmup", True):
+            unmatched.append("critic during the warm-up (d3rlpy trains only the VAE, offrl the critic too; "
+                             "critic_during_warmup=false matches it)")
     else:
         raise SystemExit(f"the d3rlpy driver has no mapping for algorithm '{name}'; "
                          f"it knows bc, bcq, cql, iql, td3, td3_bc, awac, rebrac, crr, bear, plas.")

@@ -44,6 +44,26 @@ def test_vae_trains_only_during_the_warm_up_and_the_actor_only_after():
     np.testing.assert_allclose(plas.act(agent, obs), expected, rtol=1e-6)
 
 
+def test_critic_held_during_the_warm_up_is_d3rlpys_schedule():
+    cfg = plas.Config(hidden_dims=(8,), vae_hidden_dims=(8,), warmup_steps=2, batch_size=16, critic_during_warmup=False)
+    agent = plas.create(cfg, 3, 2, jax.random.PRNGKey(0))
+    obs = jax.random.normal(jax.random.PRNGKey(1), (16, 3))
+    batch = Batch(obs, jnp.tanh(obs[:, :2]), obs[:, 0], obs, jnp.ones(16))
+    update = jax.jit(plas.update)
+    states, losses = [agent], []
+    for _ in range(3):
+        agent, metrics = update(agent, batch)
+        states.append(agent)
+        losses.append(float(metrics["critic_loss"]))
+    changed = lambda a, b: any(not np.array_equal(x, y) for x, y in zip(_leaves(a), _leaves(b)))  # noqa: E731
+    assert not changed(states[0].critic.params, states[2].critic.params)      # only the VAE moves in the warm-up
+    assert not changed(states[0].target_critic_params, states[2].target_critic_params)
+    assert changed(states[0].vae.params, states[2].vae.params)
+    assert losses[:2] == [0.0, 0.0] and losses[2] > 0.0
+    assert changed(states[2].critic.params, states[3].critic.params)          # and the critic after it
+    assert changed(states[2].target_critic_params, states[3].target_critic_params)
+
+
 def test_plas_beats_a_random_policy_on_bundled_pendulum():
     run = engine.train("plas", data.load("pendulum-medium-expert-v0"), steps=3000, eval_every=3000, log_every=1000,
                        eval_episodes=5, progress=False,
