@@ -221,9 +221,9 @@ def test_d3rlpy_driver_maps_offrl_default_config(algo):
         _, unmatched = driver.build_algo(algo, {**cfg, "normalize_q": False}, 1000, 1.0, -np.ones(3), np.ones(3))
         assert [u.split(" ")[0] for u in unmatched] == ["normalize_q=False"]
     elif algo == "crr":
-        assert d3.target_update_type == "hard" and [u.split(" ")[0] for u in unmatched] == ["act"]
-        soft, unmatched = driver.build_algo(algo, {**cfg, "target_update_interval": None, "num_qs": 2}, 1000, 1.0,
-                                            -np.ones(3), np.ones(3))
+        assert d3.target_update_type == "hard" and [u.split(" ")[0] for u in unmatched] == ["log_std_min=-5.0", "advantage", "act"]
+        soft, unmatched = driver.build_algo(algo, {**cfg, "target_update_interval": None, "num_qs": 2, "log_std_min": -20.0,
+                                                   "advantage_after_critic_step": True}, 1000, 1.0, -np.ones(3), np.ones(3))
         assert soft.config.target_update_type == "soft" and soft.config.tau == cfg["tau"]
         assert [u.split(" ")[0] for u in unmatched] == ["num_qs=2", "act"]
     elif algo == "bear":

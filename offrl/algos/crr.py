@@ -14,8 +14,10 @@ clip 20, ``m = 4`` samples, mean advantage, exponential filter, batch 100, Adam 
 target copy every 100 updates). Where they differ: the paper's critic is distributional (C51),
 d3rlpy's and offrl's a plain regression critic; d3rlpy acts with the "critic-weighted policy"
 (resampling ``m`` policy actions by ``softmax Q``), offrl's ``act`` is the policy mean, so it is
-deterministic and exports as a NumPy MLP. ``target_update_interval=None`` switches to Polyak
-averaging at rate ``tau``.
+deterministic and exports as a NumPy MLP. d3rlpy also floors the policy's log-std at -20 (offrl
+at -5, ``log_std_min``) and weights the actor with the critic after that update's critic step
+(offrl with the one before it; ``advantage_after_critic_step=True`` gives d3rlpy's order).
+``target_update_interval=None`` switches to Polyak averaging at rate ``tau``.
 
 Example::
 
@@ -35,7 +37,7 @@ from flax.training.train_state import TrainState
 from offrl import losses
 from offrl.algos.common import Batch, apply_gradients_with_loss, hyperparameter, make_train_state, min_q_value, td_critic_loss
 from offrl.algos.contract import AlgorithmSpec
-from offrl.algos.ranges import (BOOL, DISCOUNT, LEARNING_RATE, OneOf, OrNone, POLYAK, POSITIVE, POSITIVE_INT,
+from offrl.algos.ranges import (BOOL, DISCOUNT, Interval, LEARNING_RATE, OneOf, OrNone, POLYAK, POSITIVE, POSITIVE_INT,
                                 REWARD_SCALING, WIDTHS, param)
 from offrl.nets import EnsembleCritic, GaussianActor, gaussian_log_prob
 
@@ -54,6 +56,8 @@ class Config:
     max_weight: float = param(20.0, POSITIVE)  #: clip of exp(A / beta) (paper: 20)
     num_action_samples: int = param(4, POSITIVE_INT)  #: m, policy samples estimating V(s) (paper: 4)
     num_qs: int = param(1, POSITIVE_INT)  #: critics in the ensemble, Q = min over them (paper, d3rlpy: 1)
+    log_std_min: float = param(-5.0, Interval(-20.0, 0.0))  #: lower clip of the policy log-std (d3rlpy: -20)
+    advantage_after_critic_step: bool = param(False, BOOL)  #: weight the actor with the critic after this update's step (d3rlpy), not before
     target_update_interval: int | None = param(100, OrNone(POSITIVE_INT))  #: hard target copy every this many updates (d3rlpy: 100); None: Polyak with tau
     tau: float = param(0.005, POLYAK)  #: Polyak rate of the targets when target_update_interval is None
     batch_size: int = param(100, POSITIVE_INT)  #: minibatch size (d3rlpy: 100)
@@ -120,16 +124,17 @@ def update(agent: Agent, batch: Batch) -> tuple[Agent, dict[str, jax.Array]]:
     next_q = agent.critic.apply_fn(agent.target_critic_params, batch.next_observations, next_actions).min(0)
     target = batch.rewards + hyperparameter(agent, "discount") * batch.masks * next_q
 
+    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     # advantage: one critic pass over the data action and the m policy samples of every state
     mean, log_std = agent.actor.apply_fn(agent.actor.params, batch.observations)
     sampled = sample_actions(value_key, jnp.repeat(mean, m, axis=0), jnp.repeat(log_std, m, axis=0))
     obs_all = jnp.concatenate([batch.observations, jnp.repeat(batch.observations, m, axis=0)])
-    q_all = agent.critic.apply_fn(agent.critic.params, obs_all, jnp.concatenate([batch.actions, sampled])).min(0)
+    critic_params = critic.params if cfg.advantage_after_critic_step else agent.critic.params
+    q_all = agent.critic.apply_fn(critic_params, obs_all, jnp.concatenate([batch.actions, sampled])).min(0)
     advantages = q_all[:batch_size] - state_value(q_all[batch_size:].reshape(batch_size, m), cfg.advantage_type)
     weights = advantage_filter(advantages, cfg.weight_type, hyperparameter(agent, "advantage_temperature"),
                                hyperparameter(agent, "max_weight"))
 
-    critic, c_loss, c_aux = apply_gradients_with_loss(agent.critic, critic_loss, agent, batch, target)
     actor, a_loss, a_aux = apply_gradients_with_loss(agent.actor, actor_loss, agent, batch, weights)
     step = agent.step + 1
     agent = agent.replace(
@@ -155,7 +160,8 @@ q_value = min_q_value
 def create(config: Config, obs_dim: int, action_dim: int, key: jax.Array) -> Agent:
     actor_key, critic_key, rng = jax.random.split(key, 3)
     obs, act_ = jnp.zeros((1, obs_dim)), jnp.zeros((1, action_dim))
-    actor_net = GaussianActor(action_dim, config.hidden_dims, tanh_squash=False, state_dependent_std=True)
+    actor_net = GaussianActor(action_dim, config.hidden_dims, tanh_squash=False, state_dependent_std=True,
+                              log_std_min=config.log_std_min)
     critic_net = EnsembleCritic(config.hidden_dims, num_qs=config.num_qs)
     actor_params = actor_net.init(actor_key, obs)
     critic_params = critic_net.init(critic_key, obs, act_)

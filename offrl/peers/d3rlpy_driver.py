@@ -149,6 +149,10 @@ def build_algo(name: str, cfg: dict, steps: int, reward_multiplier: float, low, 
             target_update_interval=int(cfg["target_update_interval"]) if hard else 1, **rl, **common)
         if cfg.get("num_qs", 1) > 1:
             unmatched.append(f"num_qs={cfg['num_qs']} in the advantage (d3rlpy averages the critics, offrl takes their min)")
+        if cfg.get("log_std_min", -20.0) != -20.0:
+            unmatched.append(f"log_std_min={cfg['log_std_min']} (d3rlpy's policy log-std floor is -20)")
+        if not cfg.get("advantage_after_critic_step", True):
+            unmatched.append("advantage before the critic step (d3rlpy weights the actor with the critic after it)")
         unmatched.append("act (d3rlpy resamples m policy actions by softmax Q, offrl acts with the policy mean)")
     elif name == "bear":
         # d3rlpy's BEAR is SAC's actor plus the MMD; offrl's has no entropy term, so the temperature is held at ~0

@@ -58,6 +58,39 @@ def test_actor_loss_is_the_filtered_negative_log_likelihood():
     assert float(loss) == pytest.approx(-np.mean(np.asarray(weights) * log_probs), rel=1e-5)
 
 
+@pytest.mark.parametrize("after", [False, True])
+def test_advantage_uses_the_critic_before_or_after_its_step(after):
+    """``advantage_after_critic_step`` picks which critic weights the actor: the one the update
+    started with (offrl's default) or the one after this update's critic step (d3rlpy's order)."""
+    cfg = crr.Config(hidden_dims=(16,), batch_size=8, advantage_after_critic_step=after)
+    agent = crr.create(cfg, 3, 2, jax.random.PRNGKey(0))
+    obs = jax.random.normal(jax.random.PRNGKey(1), (8, 3))
+    batch = Batch(obs, jnp.tanh(obs[:, :2]), obs[:, 0], obs, jnp.ones(8))
+    new, metrics = crr.update(agent, batch)
+
+    def mean_advantage(critic_params):
+        _, _, value_key = jax.random.split(agent.rng, 3)           # the update's own key for the policy samples
+        mean, log_std = agent.actor.apply_fn(agent.actor.params, obs)
+        sampled = crr.sample_actions(value_key, jnp.repeat(mean, 4, axis=0), jnp.repeat(log_std, 4, axis=0))
+        q_data = agent.critic.apply_fn(critic_params, obs, batch.actions).min(0)
+        q_pi = agent.critic.apply_fn(critic_params, jnp.repeat(obs, 4, axis=0), sampled).min(0).reshape(8, 4)
+        return float((q_data - q_pi.mean(-1)).mean())
+
+    used, other = (new.critic.params, agent.critic.params) if after else (agent.critic.params, new.critic.params)
+    assert float(metrics["adv"]) == pytest.approx(mean_advantage(used), rel=1e-5, abs=1e-6)
+    assert abs(mean_advantage(used) - mean_advantage(other)) > 1e-5     # the two orders are distinguishable here
+
+
+def test_log_std_floor_is_a_config_field():
+    agent = crr.create(crr.Config(hidden_dims=(4,), log_std_min=-20.0), 3, 2, jax.random.PRNGKey(0))
+    params = jax.tree_util.tree_map(lambda p: p * 0.0, agent.actor.params)
+    params["params"]["Dense_1"]["bias"] = jnp.full((2,), -12.0)          # the log-std head: -12, inside -20's floor
+    _, log_std = agent.actor.apply_fn(params, jnp.zeros((1, 3)))
+    np.testing.assert_allclose(log_std, -12.0)
+    _, log_std = crr.create(crr.Config(hidden_dims=(4,)), 3, 2, jax.random.PRNGKey(0)).actor.apply_fn(params, jnp.zeros((1, 3)))
+    np.testing.assert_allclose(log_std, -5.0)                              # offrl's default floor
+
+
 def test_crr_beats_a_random_policy_on_bundled_pendulum():
     """Pendulum's rewards (-16..0 per step) are 0.1x-scaled so advantages are of order 1, the scale
     beta = 1 assumes (unscaled, exp(A) with |A| ~ 10 keeps a handful of rows and scores about 1)."""
