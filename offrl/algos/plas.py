@@ -18,7 +18,8 @@ networks (400 x 300 policy and critics, 750 x 750 VAE, ``z_max = 2``). Where off
 trains nothing but the VAE during the warm-up; offrl by default also fits the critic then (to the
 current decoder's actions; the actor waits), which reports a falling critic loss from the first
 update. ``critic_during_warmup=False`` gives d3rlpy's schedule. On short budgets lower
-``warmup_steps``: no policy is learned before it. The policy is a latent network plus a decoder, so it has no NumPy MLP export.
+``warmup_steps``: no policy is learned before it. The policy is a latent network plus a decoder,
+so it has no NumPy MLP export.
 
 Example::
 
